@@ -1,0 +1,250 @@
+"""Policy objectives for RL on diffusion (and autoregressive) language models.
+
+Each objective is a small pure function of tensors: no config object, no trainer state. It returns the per-unit
+loss (one value per group for the self-normalised objectives, one per token for DGPO) together with detached
+statistics for logging; `aggregate_loss` alone turns per-unit losses into the scalar that is back-propagated.
+The trainer looks objectives up by name in `OBJECTIVES` and only dispatches.
+
+Non-finite inputs: a sample whose estimate, old estimate or advantage is NaN or infinite is dropped from its
+group (weight 0, counted in `stats["skipped"]`), never propagated; a group with no finite sample contributes 0.
+
+Papers:
+- StableDRL, "Stabilizing Reinforcement Learning for Diffusion Language Models", arXiv 2603.06743.
+- SPG, "Sandwiched Policy Gradient for Masked Diffusion Language Models", arXiv 2510.09541.
+- DGPO, arXiv 2603.14389 (soft clipping through the probability gradient).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ObjectiveOutput:
+    """What every objective returns.
+
+    `unit_loss` is differentiable: (num_groups,) for group objectives, (B, T) for token objectives. `level` tells
+    `aggregate_loss` how to reduce it. `stats` holds detached scalars or per-sample tensors for logging.
+    """
+
+    unit_loss: torch.Tensor
+    level: str  # "group" | "token"
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+OBJECTIVES: dict[str, Callable[..., ObjectiveOutput]] = {}
+
+
+def register_objective(name: str):
+    def wrap(fn):
+        OBJECTIVES[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_objective(name: str) -> Callable[..., ObjectiveOutput]:
+    if name not in OBJECTIVES:
+        raise ValueError(f"Unknown objective {name!r}; known objectives: {sorted(OBJECTIVES)}.")
+    return OBJECTIVES[name]
+
+
+def group_mean_advantages(rewards: torch.Tensor, group_size: int, scale: bool = False) -> torch.Tensor:
+    """A_i = r_i - mean_j r_j within each group of `group_size` consecutive rows (optionally / std).
+
+    rewards: (B,), B a multiple of group_size. Non-finite rewards are left out of the group mean and get A = NaN,
+    so the objectives drop them.
+    """
+    grouped = rewards.view(-1, group_size)  # (G_n, G)
+    finite = torch.isfinite(grouped)
+    count = finite.sum(-1, keepdim=True).clamp(min=1)  # (G_n, 1)
+    mean = torch.where(finite, grouped, 0.0).sum(-1, keepdim=True) / count  # (G_n, 1)
+    adv = grouped - mean  # (G_n, G)
+    if scale:
+        var = (torch.where(finite, adv, 0.0) ** 2).sum(-1, keepdim=True) / (count - 1).clamp(min=1)
+        adv = adv / (var.sqrt() + 1e-4)
+    return torch.where(finite, adv, float("nan")).view(-1)  # (B,)
+
+
+def _finite(*tensors: torch.Tensor) -> torch.Tensor:
+    ok = torch.ones_like(tensors[0], dtype=torch.bool)
+    for t in tensors:
+        ok = ok & torch.isfinite(t.detach())
+    return ok
+
+
+def _group_stats(log_w: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor, clipped: torch.Tensor) -> dict:
+    """Diagnostics shared by the self-normalised objectives; all (G_n, G) inputs, detached."""
+    raw_w = torch.exp(log_w.clamp(max=80.0))  # unclipped importance weights; clamp only guards the exp
+    n_valid = valid.sum().clamp(min=1)
+    ess = 1.0 / (weights**2).sum(-1).clamp(min=1e-12)  # (G_n,) effective sample size per group
+    ess = torch.where(valid.any(-1), ess, torch.zeros_like(ess))
+    lw = torch.where(valid, log_w, 0.0)
+    lw_mean = lw.sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).clamp(min=1)
+    lw_var = torch.where(valid, (log_w - lw_mean) ** 2, 0.0).sum(-1) / (valid.sum(-1) - 1).clamp(min=1)
+    return {
+        "weight_mean": torch.where(valid, raw_w, 0.0).sum() / n_valid,
+        "weight_max": torch.where(valid, raw_w, torch.zeros_like(raw_w)).max(),
+        "clip_frac": (clipped & valid).sum() / n_valid,
+        "ess": ess.mean(),
+        "log_ratio_std": lw_var.sqrt().mean(),
+        "skipped": (~valid).sum().float(),
+        "weights": weights.detach(),
+    }
+
+
+@register_objective("stable_drl")
+def stable_drl_loss(
+    seq_logps: torch.Tensor,
+    old_seq_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    group_size: int,
+    *,
+    clip_c: float = 5.0,
+    objective_logps: torch.Tensor | None = None,
+) -> ObjectiveOutput:
+    """StableDRL, official form (arXiv 2603.06743): unconditional clipping + group self-normalisation.
+
+        log w_i   = sg(L_theta(y_i) - L_old(y_i))                 sequence level, detached
+        log w_i  <- min(log w_i, log C)                           for every sample, whatever the sign of A_i
+        w_hat     = softmax_i(log w)   within each group of G completions of one prompt
+        loss_g    = - sum_i w_hat_i * A_i * J_i
+
+    J_i is `objective_logps` if given (e.g. SPG's sandwich, `spg_sandwich`), else `seq_logps`. Because w_hat >= 0
+    and sums to 1, grad loss_g = -sum_i w_hat_i A_i grad J_i is a convex combination of per-sample terms, so
+    ||grad loss_g|| <= max_i |A_i| * max_i ||grad J_i|| whatever the ratios.
+
+    Shapes: seq_logps, old_seq_logps, advantages, objective_logps (B,), B = num_groups * group_size, rows of a
+    group consecutive. Returns unit_loss (num_groups,).
+    """
+    if clip_c <= 1.0:
+        raise ValueError(f"clip_c must be > 1 (got {clip_c}); the official value is 5.0.")
+    target = seq_logps if objective_logps is None else objective_logps
+    valid = _finite(seq_logps, old_seq_logps, advantages, target).view(-1, group_size)  # (G_n, G)
+    log_w = (seq_logps.detach() - old_seq_logps.detach()).view(-1, group_size)  # (G_n, G)
+    log_c = math.log(clip_c)
+    clipped = log_w > log_c
+    clipped_log_w = torch.where(valid, log_w.clamp(max=log_c), float("-inf"))  # dropped samples get weight 0
+    weights = torch.softmax(clipped_log_w, dim=-1)  # (G_n, G)
+    weights = torch.nan_to_num(weights, nan=0.0)  # an all-dropped group: softmax of all -inf is NaN -> 0
+    adv = torch.where(valid, advantages.view(-1, group_size), 0.0)  # (G_n, G)
+    j = torch.where(valid, target.view(-1, group_size), 0.0)  # (G_n, G), where() keeps NaN out of the graph
+    unit_loss = -(weights * adv * j).sum(-1)  # (G_n,)
+    return ObjectiveOutput(unit_loss, "group", _group_stats(log_w, weights, valid, clipped))
+
+
+@register_objective("stable_drl_ratio")
+def stable_drl_ratio_loss(
+    seq_log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    group_size: int,
+    *,
+    epsilon: float = 0.2,
+) -> ObjectiveOutput:
+    """StableDRL, ratio-level form: unconditionally clipped, self-normalised importance ratios.
+
+        rho_i     = exp(log pi_theta(y_i) - log pi_old(y_i))        (seq_log_ratio, differentiable)
+        rho_bar_i = clip(rho_i, 1 - eps, 1 + eps)                  for every sample, whatever the sign of A_i
+        loss_g    = - sum_i rho_bar_i * A_i / sg(sum_j rho_bar_j)
+
+    Clipping is strict: a ratio at or beyond a bound is a constant (no gradient), so a planted outlier gives
+    exactly the gradient of a ratio sitting on the bound. The normaliser is detached, so the gradient
+    -sum_i (rho_bar_i / S) A_i grad log pi_i has non-negative weights summing to at most 1.
+
+    Shapes: seq_log_ratio, advantages (B,). Returns unit_loss (num_groups,).
+    """
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(f"epsilon must be in (0, 1) (got {epsilon}); the usual value is 0.2.")
+    lo, hi = 1.0 - epsilon, 1.0 + epsilon
+    valid = _finite(seq_log_ratio, advantages).view(-1, group_size)  # (G_n, G)
+    log_r = torch.where(valid, seq_log_ratio.view(-1, group_size), 0.0)  # (G_n, G)
+    inside = (log_r > math.log(lo)) & (log_r < math.log(hi))
+    # exp only where inside the bounds, so an outlier never overflows in the graph
+    rho = torch.exp(torch.where(inside, log_r, 0.0))
+    rho_bar = torch.where(inside, rho, log_r.detach().clamp(math.log(lo), math.log(hi)).exp())
+    rho_bar = torch.where(valid, rho_bar, 0.0)  # (G_n, G)
+    norm = rho_bar.detach().sum(-1, keepdim=True)  # (G_n, 1)
+    weights = torch.where(norm > 0, rho_bar / norm.clamp(min=1e-12), 0.0)  # (G_n, G)
+    adv = torch.where(valid, advantages.view(-1, group_size), 0.0)
+    unit_loss = -(weights * adv).sum(-1)  # (G_n,)
+    stats = _group_stats(seq_log_ratio.detach().view(-1, group_size), weights, valid, ~inside)
+    return ObjectiveOutput(unit_loss, "group", stats)
+
+
+@register_objective("dgpo")
+def dgpo_loss(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    n: float = 1.0,
+    m: float = 2.0,
+) -> ObjectiveOutput:
+    """DGPO (arXiv 2603.14389): soft clipping through the probability gradient, token level.
+
+        r     = pi_theta / pi_old                       per token
+        d     = (r / (1 - eps_low))^n                   where r < 1 - eps_low and A < 0
+              = ((1 + eps_high) / r)^(1/m)              where r > 1 + eps_high and A > 0
+              = 1                                       elsewhere (including PPO's reverse regions)
+        loss  = - A * r * sg(d)
+
+    d is computed in log space, one branch at a time (log d <= 0 in its region), so an untaken branch that would
+    overflow never enters the graph; r * sg(d) = exp(log r + sg(log d)) has gradient r * d * grad log pi.
+
+    Shapes: per_token_logps, old_per_token_logps, mask (B, T); advantages (B,) or (B, T). Returns (B, T).
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)  # (B, 1)
+    log_r = per_token_logps - old_per_token_logps  # (B, T)
+    valid = _finite(log_r, advantages.expand_as(log_r)) & mask.bool()
+    log_r = torch.where(valid, log_r, 0.0)
+    adv = torch.where(valid, advantages.expand_as(log_r), 0.0)  # (B, T)
+    lr = log_r.detach()
+    low = (lr < math.log(1 - epsilon_low)) & (adv < 0)
+    high = (lr > math.log(1 + epsilon_high)) & (adv > 0)
+    log_d = torch.zeros_like(lr)
+    log_d = torch.where(low, n * (lr - math.log(1 - epsilon_low)).clamp(max=0.0), log_d)
+    log_d = torch.where(high, (math.log(1 + epsilon_high) - lr).clamp(max=0.0) / m, log_d)
+    unit_loss = -adv * torch.exp(log_r + log_d)  # (B, T)
+    unit_loss = torch.where(valid, unit_loss, 0.0)
+    n_tok = mask.bool().sum().clamp(min=1)
+    stats = {
+        "low_clip_frac": (low & valid).sum() / n_tok,
+        "high_clip_frac": (high & valid).sum() / n_tok,
+        "skipped": (mask.bool() & ~valid).sum().float(),
+    }
+    return ObjectiveOutput(unit_loss, "token", stats)
+
+
+def spg_sandwich(elbo: torch.Tensor, eubo: torch.Tensor, advantages: torch.Tensor, omega: float = 0.5) -> torch.Tensor:
+    """SPG's sandwiched sequence objective (arXiv 2510.09541): a lower bound where it is pushed up, a mix with the
+    upper bound where it is pushed down.
+
+        J_i = ELBO_i                                   if A_i > 0
+            = omega * EUBO_i + (1 - omega) * ELBO_i    otherwise
+
+    Shapes: all (B,). Returns (B,).
+    """
+    return torch.where(advantages > 0, elbo, omega * eubo + (1.0 - omega) * elbo)
+
+
+def aggregate_loss(out: ObjectiveOutput, mask: torch.Tensor | None = None, normalizer: float | torch.Tensor = 1.0):
+    """The one place that reduces per-unit losses to the scalar that is back-propagated.
+
+    group level: sum over the micro-batch's groups / normalizer (normalizer = groups per micro-batch x gradient
+    accumulation steps gives the mean over all groups of an optimiser step; DDP's gradient mean covers processes).
+    token level: sum over unmasked tokens / normalizer (normalizer = tokens per accumulation window and process,
+    as TRL's `dapo`).
+    """
+    if out.level == "group":
+        return out.unit_loss.sum() / normalizer
+    if out.level == "token":
+        return (out.unit_loss * mask).sum() / normalizer
+    raise ValueError(f"Unknown loss level {out.level!r}.")

@@ -1,0 +1,213 @@
+"""`StableDRLConfig`: TRL's `GRPOConfig` plus masked-diffusion rollouts, likelihood estimation and the StableDRL
+and DGPO objectives. Every new field is documented below; bad values fail here, at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+# Loss types implemented in this package; TRL's own loss types keep working as baselines.
+OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
+TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
+ESTIMATOR_NAMES = ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled")
+
+# GRPOConfig defaults this config changes, with the reason. Listed in the README too.
+CHANGED_GRPO_DEFAULTS = {
+    "loss_type": ("dapo", "stable_drl", "the StableDRL objective is the point of this package"),
+    "scale_rewards": ("group", "none", "advantages are mean-centred only, as the official StableDRL code"),
+    "temperature": (1.0, 0.9, "the official StableDRL rollout temperature"),
+    "max_completion_length": (256, 256, "unchanged; for a dLLM it is the generation length"),
+}
+
+
+@dataclass
+class StableDRLConfig(GRPOConfig):
+    r"""Configuration for [`StableDRLTrainer`]: every [`trl.GRPOConfig`] field, plus the fields below.
+
+    Changed GRPO defaults: `loss_type="stable_drl"` (was `"dapo"`), `scale_rewards="none"` (was `"group"`),
+    `temperature=0.9` (was `1.0`).
+
+    For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
+    positions, split into blocks of `block_length` and decoded in `diffusion_steps` denoising steps.
+
+    Group-exact self-normalisation: `stable_drl` and `stable_drl_ratio` normalise over the G completions of one
+    prompt, so each micro-batch must hold whole groups: `per_device_train_batch_size` must be a multiple of
+    `num_generations`. Micro-batches are then formed by shuffling whole groups, and the loss is the mean over groups,
+    which is exact under gradient accumulation and data parallelism.
+    """
+
+    # Objective
+    loss_type: str = field(
+        default="stable_drl",
+        metadata={
+            "help": "Objective: 'stable_drl' (official StableDRL: clipped, group-softmax sequence weights), "
+            "'stable_drl_ratio' (ratio-level form), 'dgpo' (soft clipping), or one of TRL's "
+            f"{list(TRL_LOSS_TYPES)}."
+        },
+    )
+    scale_rewards: str = field(
+        default="none",
+        metadata={"help": "Advantage scaling, as in GRPOConfig: 'none' (mean-centred, default), 'group', 'batch'."},
+    )
+    temperature: float = field(default=0.9, metadata={"help": "Sampling temperature for rollouts (0 = greedy)."})
+    clip_c: float = field(
+        default=5.0,
+        metadata={"help": "stable_drl: upper clip C on the sequence importance weight, log w <- min(log w, log C)."},
+    )
+    sandwich: bool = field(
+        default=False,
+        metadata={
+            "help": "stable_drl: use SPG's sandwich objective (ELBO for A > 0, omega*EUBO + (1-omega)*ELBO "
+            "otherwise). Needs likelihood_estimator='block_random'."
+        },
+    )
+    sandwich_beta: float = field(default=1.5, metadata={"help": "SPG's EUBO exponent beta (> 0)."})
+    sandwich_omega: float = field(default=0.5, metadata={"help": "SPG's mixing weight omega in [0, 1]."})
+    dgpo_n: float = field(default=1.0, metadata={"help": "dgpo: decay exponent n on the low side (> 0)."})
+    dgpo_m: float = field(default=2.0, metadata={"help": "dgpo: decay root m on the high side (> 0)."})
+
+    # Diffusion model
+    diffusion: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Treat the policy as a masked diffusion LM. None detects it from the model (LLaDA, Dream, "
+            "masked LMs); False keeps TRL's autoregressive generation and exact log-probs."
+        },
+    )
+    mask_token_id: int | None = field(
+        default=None, metadata={"help": "Mask token id; None reads it from the model config or tokenizer."}
+    )
+
+    # Sampler
+    block_length: int = field(
+        default=32, metadata={"help": "Semi-autoregressive block length; must divide max_completion_length."}
+    )
+    diffusion_steps: int = field(
+        default=128,
+        metadata={"help": "Denoising steps per rollout; must be divisible by max_completion_length / block_length."},
+    )
+    remasking: str = field(
+        default="low_confidence", metadata={"help": "Which masked positions to reveal: 'low_confidence' or 'random'."}
+    )
+    cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
+
+    # Likelihood estimation
+    likelihood_estimator: str = field(
+        default="block_random",
+        metadata={
+            "help": f"Sequence likelihood estimator, one of {list(ESTIMATOR_NAMES)}. 'block_random' is the "
+            "official StableDRL (SPG) estimator, 'mean_field' is d1's one-step estimator."
+        },
+    )
+    mc_samples: int = field(
+        default=2, metadata={"help": "Monte-Carlo mask samples per estimate (forward passes per completion)."}
+    )
+    p_mask_prompt: float | None = field(
+        default=None,
+        metadata={
+            "help": "Probability of masking each prompt token in the estimator; None uses the estimator's default "
+            "(0.15 for mean_field and block_random, 0 otherwise)."
+        },
+    )
+    estimator_block_size: int = field(
+        default=32, metadata={"help": "Block size of the block_random estimator's masks."}
+    )
+    estimator_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Rows per estimator forward pass (batch x MC samples are chunked); bounds peak memory. "
+            "None runs all rows at once."
+        },
+    )
+    mask_seed_mode: str = field(
+        default="fresh",
+        metadata={
+            "help": "'fresh': new random masks at every inner step, old policy scored once after generation "
+            "(official StableDRL). 'shared': one mask seed per inner iteration, used for the current, old and "
+            "reference policies alike (d1)."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        known = OWN_LOSS_TYPES + TRL_LOSS_TYPES
+        if self.loss_type not in known:
+            raise ValueError(f"loss_type={self.loss_type!r} is not known; choose one of {list(known)}.")
+        if self.likelihood_estimator not in ESTIMATOR_NAMES:
+            raise ValueError(
+                f"likelihood_estimator={self.likelihood_estimator!r} is not known; choose one of "
+                f"{list(ESTIMATOR_NAMES)}."
+            )
+        if self.mask_seed_mode not in ("fresh", "shared"):
+            raise ValueError(f"mask_seed_mode={self.mask_seed_mode!r}; choose 'fresh' or 'shared'.")
+        if self.remasking not in ("low_confidence", "random"):
+            raise ValueError(f"remasking={self.remasking!r}; choose 'low_confidence' or 'random'.")
+        if self.clip_c <= 1.0:
+            raise ValueError(f"clip_c={self.clip_c} must be > 1 (the upper bound on the importance weight); use 5.0.")
+        eps_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
+        for name, value in (("epsilon", self.epsilon), ("epsilon_high", eps_high)):
+            if not 0.0 < value < 1.0 and self.loss_type in ("stable_drl_ratio", "dgpo"):
+                raise ValueError(f"{name}={value} must be in (0, 1) for loss_type={self.loss_type!r}; use 0.2.")
+        if self.mc_samples < 1:
+            raise ValueError(f"mc_samples={self.mc_samples} must be >= 1.")
+        if self.likelihood_estimator == "coupled" and self.mc_samples % 2:
+            raise ValueError(
+                f"mc_samples={self.mc_samples} must be even for likelihood_estimator='coupled' (mask + complement)."
+            )
+        if self.p_mask_prompt is not None and not 0.0 <= self.p_mask_prompt < 1.0:
+            raise ValueError(f"p_mask_prompt={self.p_mask_prompt} must be in [0, 1) (or None for the default).")
+        if self.estimator_chunk_size is not None and self.estimator_chunk_size < 1:
+            raise ValueError(f"estimator_chunk_size={self.estimator_chunk_size} must be >= 1 or None.")
+        if self.estimator_block_size < 1:
+            raise ValueError(f"estimator_block_size={self.estimator_block_size} must be >= 1.")
+        if self.sandwich:
+            if self.loss_type != "stable_drl":
+                raise ValueError(f"sandwich=True needs loss_type='stable_drl' (got {self.loss_type!r}).")
+            if self.likelihood_estimator != "block_random":
+                raise ValueError(
+                    f"sandwich=True needs likelihood_estimator='block_random' (got {self.likelihood_estimator!r}): "
+                    "SPG's EUBO is defined on block-random masks."
+                )
+        if self.sandwich_beta <= 0:
+            raise ValueError(f"sandwich_beta={self.sandwich_beta} must be > 0; SPG uses 1.5.")
+        if not 0.0 <= self.sandwich_omega <= 1.0:
+            raise ValueError(f"sandwich_omega={self.sandwich_omega} must be in [0, 1]; SPG uses 0.5.")
+        if self.dgpo_n <= 0 or self.dgpo_m <= 0:
+            raise ValueError(f"dgpo_n={self.dgpo_n} and dgpo_m={self.dgpo_m} must be > 0; defaults are 1 and 2.")
+        if self.cfg_scale < 0:
+            raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature} must be >= 0.")
+        # Sampler layout (only used for diffusion models, but a bad value is a bad value).
+        from .diffusion.sampler import validate_sampler_args
+
+        validate_sampler_args(
+            gen_length=self.max_completion_length,
+            block_length=self.block_length,
+            steps=self.diffusion_steps,
+            temperature=self.temperature,
+            remasking=self.remasking,
+            cfg_scale=self.cfg_scale,
+            mask_token_id=-1,  # resolved from the model later; checked by the trainer
+        )
+        if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
+            if self.num_generations < 2:
+                raise ValueError(
+                    f"num_generations={self.num_generations}: loss_type={self.loss_type!r} normalises over the "
+                    "completions of one prompt, so it needs num_generations >= 2."
+                )
+            if self.per_device_train_batch_size % self.num_generations != 0:
+                raise ValueError(
+                    f"per_device_train_batch_size={self.per_device_train_batch_size} is not a multiple of "
+                    f"num_generations={self.num_generations}: loss_type={self.loss_type!r} normalises each group of "
+                    "num_generations completions exactly, so every micro-batch must hold whole groups. Set "
+                    f"per_device_train_batch_size to a multiple of {self.num_generations} (the official recipe uses "
+                    "one prompt per device micro-batch: per_device_train_batch_size = num_generations) and use "
+                    "gradient_accumulation_steps for a larger batch."
+                )
+            if self.beta != 0.0:
+                pass  # a KL term is added per token on top; allowed
+        if self.sandwich and self.beta != 0.0:
+            raise ValueError("sandwich=True with beta != 0 is not supported; set beta=0.0 (no reference model).")

@@ -1,0 +1,435 @@
+"""`StableDRLTrainer`: TRL's `GRPOTrainer` for masked diffusion LMs, with the StableDRL and DGPO objectives.
+
+Swap `GRPOConfig`/`GRPOTrainer` for `StableDRLConfig`/`StableDRLTrainer` in working TRL code and nothing else
+changes. For a diffusion LM (LLaDA, Dream, a masked LM) rollouts come from the masked-diffusion sampler and
+log-probabilities from a likelihood estimator; an autoregressive model keeps TRL's generation and exact
+log-probabilities and only gains the new objectives.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from accelerate.utils import gather
+from trl import GRPOConfig, GRPOTrainer
+from trl.models import unwrap_model_for_generation
+from trl.trainer.utils import (
+    pad,
+    split_pixel_values_by_grid,
+    split_tensor_dict,
+    unsplit_pixel_values_by_grid,
+)
+
+from .diffusion.adapter import as_diffusion_lm, detect_family
+from .diffusion.estimators import estimate_likelihood, estimator_cost
+from .diffusion.sampler import generate as diffusion_generate
+from .diffusion.seeding import mix32, row_seeds
+from .objectives import (
+    aggregate_loss,
+    dgpo_loss,
+    spg_sandwich,
+    stable_drl_loss,
+    stable_drl_ratio_loss,
+)
+from .stabledrl_config import OWN_LOSS_TYPES, StableDRLConfig
+
+# Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
+_STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER = 1, 2, 3, 4
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised; the message names the function and the sample."""
+
+
+def _wrap_reward_func(func):
+    """Re-raise a reward function's exception with the function's name and the first failing sample."""
+    name = getattr(func, "__name__", type(func).__name__)
+
+    @functools.wraps(func)
+    def wrapped(prompts, completions, completion_ids=None, **kwargs):
+        try:
+            return func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+        except Exception as batch_error:
+            for i in range(len(completions)):  # find the sample: call it one sample at a time
+                one = {
+                    k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v)
+                    for k, v in kwargs.items()
+                }
+                try:
+                    func(
+                        prompts=prompts[i : i + 1],
+                        completions=completions[i : i + 1],
+                        completion_ids=None if completion_ids is None else completion_ids[i : i + 1],
+                        **one,
+                    )
+                except Exception:
+                    raise RewardFunctionError(
+                        f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on sample "
+                        f"{i}: prompt={prompts[i]!r}, completion={completions[i]!r}. Fix the reward function "
+                        "(return None for a completion it cannot score)."
+                    ) from batch_error
+            raise RewardFunctionError(
+                f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on the batch."
+            ) from batch_error
+
+    return wrapped
+
+
+class StableDRLTrainer(GRPOTrainer):
+    """GRPOTrainer with masked-diffusion rollouts, likelihood estimation and the StableDRL / DGPO objectives.
+
+    Same constructor as `trl.GRPOTrainer`; `args` is a `StableDRLConfig` (a `GRPOConfig` is converted).
+
+    TRL hooks overridden, and why (tests/test_trainer_hooks.py checks each still exists in TRL with the expected
+    signature and runs during a training step):
+    - `_generate_single_turn`: diffusion LMs decode with the masked-diffusion sampler instead of `model.generate`.
+    - `_get_per_token_logps_and_entropies`: diffusion LMs have no exact log-probs; the chosen estimator supplies
+      per-token contributions (their masked mean is the sequence estimate) with masks seeded per row.
+    - `_generate_and_score_completions`: after TRL's scoring, adds the old-policy (and reference) estimates each
+      inner iteration needs and drops samples whose reward is not finite from their group's normalisation.
+    - `_prepare_inputs`: shuffles whole groups instead of rows, so every micro-batch holds whole groups (the
+      self-normalised objectives are then exact under accumulation and data parallelism).
+    - `_calculate_rewards`: a non-finite reward (inf, or NaN from every function) drops its sample from the group's
+      normalisation instead of entering the advantages.
+    - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation.
+
+    Mask seeds (`mask_seed_mode`), forward passes per completion with an estimator of cost K (K = mc_samples for
+    the Monte-Carlo estimators, 1 for mean_field) and I = num_iterations inner iterations per generation:
+    - "fresh" (official StableDRL): the old policy is scored once after generation with its own masks (K passes,
+      no gradient), and every inner step scores the current policy with fresh masks (K passes with gradient): K(1+I)
+      in all. At the first inner step the weight log w is pure estimator noise, as in the official code.
+    - "shared" (d1): one seed per inner iteration, shared by the current, old and reference policies, so their ratio
+      is not dominated by mask noise. Old-policy scores are needed per iteration: K*I passes without gradient,
+      skipped entirely when generation and optimisation are aligned (the ratio is then exactly 1), plus K*I with
+      gradient. A reference model (beta > 0) costs another K*I.
+    Seeds are mixed from the row's own tokens, the config seed and the stream, so they do not depend on the batch
+    layout, and a resumed run draws the same masks and the same rollouts as an uninterrupted one.
+    """
+
+    _tag_names = ["trl", "grpo", "stabledrl", "diffusion"]
+
+    def __init__(self, model, reward_funcs=None, args: StableDRLConfig | None = None, *pos, **kwargs):
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            args = StableDRLConfig(output_dir=f"{str(name).split('/')[-1]}-StableDRL")
+        elif not isinstance(args, StableDRLConfig):
+            if isinstance(args, GRPOConfig):
+                raise TypeError(
+                    "StableDRLTrainer needs a StableDRLConfig: replace GRPOConfig(...) with StableDRLConfig(...) "
+                    "(same arguments; it adds the diffusion and objective fields)."
+                )
+            raise TypeError(f"args must be a StableDRLConfig, got {type(args).__name__}.")
+        if reward_funcs is not None:
+            funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+            reward_funcs = [
+                f if isinstance(f, str) or isinstance(f, torch.nn.Module) else _wrap_reward_func(f) for f in funcs
+            ]
+        super().__init__(model, reward_funcs, args, *pos, **kwargs)
+
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        family = detect_family(unwrapped)
+        self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
+        self._family = family
+        self._dlm = None
+        if self.is_diffusion:
+            # Resolve and validate the mask / EOS / pad ids once (clear errors here, not at step 37).
+            self._dlm = as_diffusion_lm(
+                unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
+            )
+            self._mask_token_id = self._dlm.mask_token_id
+            self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
+        elif args.loss_type not in OWN_LOSS_TYPES and args.diffusion is False:
+            pass  # plain TRL on an autoregressive model
+        self._last_estimate = None
+        self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
+        self._nonfinite_reward_rows = None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _adapter(self, model):
+        return as_diffusion_lm(
+            model, tokenizer=self._tokenizer, family=self._family, mask_token_id=self._mask_token_id
+        )
+
+    def _generator(self, *stream: int) -> torch.Generator:
+        """A generator seeded from the config seed, the process and a stream: rollouts replay exactly on resume."""
+        seed = torch.tensor([self.args.seed, self.accelerator.process_index, *stream], dtype=torch.long)
+        value = int(mix32(mix32(seed).cumsum(0))[-1])
+        return torch.Generator(device=self.accelerator.device).manual_seed(value)
+
+    @property
+    def _inner_iteration(self) -> int:
+        return (self._step // self.args.steps_per_generation) % self.num_iterations
+
+    @property
+    def _aligned(self) -> bool:
+        return self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations) == 0
+
+    # ------------------------------------------------------------------ TRL hooks
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if not self.is_diffusion:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images=has_tool_images
+            )
+        device = self.accelerator.device
+        tensors = [torch.tensor(ids) for ids in prompt_ids]
+        padded = pad(tensors, padding_value=self._tokenizer.pad_token_id, padding_side="left").to(device)  # (B, P)
+        mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, padding_side="left").to(device)  # (B, P)
+        mode = 0 if self.model.training else 1
+        generator = self._generator(_STREAM_SAMPLER, mode, self.state.global_step, self._step)
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as unwrapped_model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            with self.accelerator.autocast():
+                out = diffusion_generate(
+                    self._adapter(unwrapped_model),
+                    padded,
+                    mask,
+                    mask_token_id=self._mask_token_id,
+                    gen_length=self.args.max_completion_length,
+                    block_length=self.args.block_length,
+                    steps=self.args.diffusion_steps,
+                    temperature=self.args.temperature,
+                    remasking=self.args.remasking,
+                    cfg_scale=self.args.cfg_scale,
+                    eos_token_ids=tuple(self.eos_token_ids),
+                    generator=generator,
+                )
+        completion_ids = [
+            c[m.bool()].tolist() for c, m in zip(out.completion_ids.cpu(), out.completion_mask.cpu(), strict=True)
+        ]
+        return completion_ids, None
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+    ):
+        if not self.is_diffusion:
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+                **kwargs,
+            )
+        prompt_ids, completion_ids = input_ids[:, :-logits_to_keep], input_ids[:, -logits_to_keep:]  # (B, P), (B, C)
+        prompt_mask, completion_mask = attention_mask[:, :-logits_to_keep], attention_mask[:, -logits_to_keep:]
+        seeds = row_seeds(prompt_ids, prompt_mask, completion_ids, completion_mask, self.args.seed, *self._mask_stream)
+        args = self.args
+        with self.accelerator.autocast():
+            est = estimate_likelihood(
+                args.likelihood_estimator,
+                self._adapter(model),
+                prompt_ids,
+                prompt_mask,
+                completion_ids,
+                completion_mask,
+                mask_token_id=self._mask_token_id,
+                seed=seeds,
+                num_samples=1 if args.likelihood_estimator == "mean_field" else args.mc_samples,
+                p_mask_prompt=args.p_mask_prompt,
+                chunk_size=args.estimator_chunk_size,
+                eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
+                **({"block_size": args.estimator_block_size} if args.likelihood_estimator == "block_random" else {}),
+            )
+        self._last_estimate = est
+        self._metrics["train" if self.model.training else "eval"]["stabledrl/estimator_passes"].append(
+            float(estimator_cost(args.likelihood_estimator, args.mc_samples))
+        )
+        entropies = est.token_entropy if compute_entropy else None
+        return est.token_logps, entropies, None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N_global, F)
+        # A non-finite reward drops its sample from the group (marked here, applied to the advantages below);
+        # None (NaN) from every function is TRL's "unscorable" and is treated the same way.
+        bad = torch.isinf(rewards).any(dim=1) | torch.isnan(rewards).all(dim=1)
+        self._nonfinite_reward_rows = bad
+        return torch.where(torch.isinf(rewards), torch.nan, rewards)
+
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        shared = self.args.mask_seed_mode == "shared"
+        self._mask_stream = (_STREAM_ITER, 0) if shared else (_STREAM_OLD, self.state.global_step)
+        output = super()._generate_and_score_completions(inputs)
+
+        # Samples with a non-finite reward leave their group's normalisation (advantage NaN: objectives drop it).
+        if self._nonfinite_reward_rows is not None:
+            n_local = output["advantages"].shape[0]
+            start = self.accelerator.process_index * n_local
+            bad = self._nonfinite_reward_rows[start : start + n_local].to(output["advantages"].device)
+            if self.loss_type in OWN_LOSS_TYPES:
+                output["advantages"] = torch.where(bad, torch.nan, output["advantages"])
+            self._metrics[mode]["stabledrl/nonfinite_rewards"].append(float(self._nonfinite_reward_rows.sum()))
+            self._nonfinite_reward_rows = None
+
+        if not self.is_diffusion or mode != "train":
+            return output
+        gen_step = self.state.global_step
+        output["mask_gen_step"] = torch.full_like(output["advantages"], gen_step, dtype=torch.long)
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attn = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        c = output["completion_ids"].size(1)
+        bs = self.args.per_device_train_batch_size
+
+        def score(model, stream):
+            self._mask_stream = stream
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, c, batch_size=bs)
+            return logps
+
+        if shared:
+            # d1: iteration j uses seed stream (gen_step, j) for the old, current and reference policies alike.
+            if not self._aligned:
+                olds = [score(self.model, (_STREAM_ITER, gen_step, j)) for j in range(self.num_iterations)]
+                output["old_per_token_logps_iters"] = torch.stack(olds, dim=1)  # (B, I, C)
+            if self.beta != 0.0 and self.num_iterations > 1:
+                refs = [output["ref_per_token_logps"]]
+                refs += [
+                    self._ref_logps(ids, attn, c, (_STREAM_ITER, gen_step, j)) for j in range(1, self.num_iterations)
+                ]
+                output["ref_per_token_logps_iters"] = torch.stack(refs, dim=1)  # (B, I, C)
+        elif self.loss_type in OWN_LOSS_TYPES and "old_per_token_logps" not in output:
+            # Official StableDRL: the old policy is scored once, right after generation, with its own masks.
+            output["old_per_token_logps"] = score(self.model, (_STREAM_OLD, gen_step))
+        return output
+
+    def _ref_logps(self, ids, attn, c, stream):
+        from trl.models.utils import disable_gradient_checkpointing  # noqa: F401  (same context TRL uses)
+
+        self._mask_stream = stream
+        with torch.no_grad():
+            if self.ref_model is not None:
+                logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, attn, c)
+            else:
+                from trl.trainer.grpo_trainer import use_adapter
+
+                model = self.accelerator.unwrap_model(self.model)
+                with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                    logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, c)
+        return logps
+
+    def _prepare_inputs(self, generation_batch: dict[str, torch.Tensor | Any]) -> dict[str, torch.Tensor | Any]:
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            batch = split_pixel_values_by_grid(batch)
+            batch = self._shuffle_groups(batch)
+            self._buffered_inputs = [
+                unsplit_pixel_values_by_grid(b) for b in split_tensor_dict(batch, self.args.steps_per_generation)
+            ]
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _shuffle_groups(self, batch: dict) -> dict:
+        """Permute whole groups of num_generations consecutive rows (TRL permutes rows, which splits groups)."""
+        n = len(next(v for v in batch.values() if isinstance(v, torch.Tensor) and v.ndim > 0))
+        g = self.num_generations
+        if n % g != 0:
+            raise ValueError(f"local generation batch of {n} rows is not a multiple of num_generations={g}.")
+        perm_groups = torch.randperm(n // g, generator=self._generator(_STREAM_STEP, -1, self.state.global_step))
+        perm = (perm_groups[:, None] * g + torch.arange(g)[None, :]).reshape(-1)  # (n,)
+
+        def permute(v):
+            if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
+                return v[perm.to(v.device)]
+            if isinstance(v, list) and len(v) == n:
+                return [v[i] for i in perm.tolist()]
+            return v
+
+        return {k: permute(v) for k, v in batch.items()}
+
+    def _compute_loss(self, model, inputs):
+        if self.is_diffusion:
+            j = self._inner_iteration
+            if self.args.mask_seed_mode == "shared":
+                gen_step = int(inputs["mask_gen_step"][0]) if "mask_gen_step" in inputs else self.state.global_step
+                self._mask_stream = (_STREAM_ITER, gen_step, j)
+                inputs = dict(inputs)
+                if "old_per_token_logps_iters" in inputs:
+                    inputs["old_per_token_logps"] = inputs["old_per_token_logps_iters"][:, j]
+                if "ref_per_token_logps_iters" in inputs:
+                    inputs["ref_per_token_logps"] = inputs["ref_per_token_logps_iters"][:, j]
+            else:
+                self._mask_stream = (_STREAM_STEP, self.state.global_step, self._step)
+        if self.loss_type not in OWN_LOSS_TYPES:
+            return super()._compute_loss(model, inputs)
+        return self._compute_own_loss(model, inputs)
+
+    def _compute_own_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, P + C)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (B, P + C)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]  # (B, C)
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        )
+        old = inputs.get("old_per_token_logps")
+        old = per_token_logps.detach() if old is None else old  # (B, C)
+        advantages = inputs["advantages"]  # (B,)
+        n_tok = mask.sum(-1).clamp(min=1)  # (B,)
+
+        def seq_mean(x):
+            return (x * mask).sum(-1) / n_tok  # (B,)
+
+        g = self.num_generations
+        groups_here = advantages.shape[0] // g
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        if self.loss_type == "stable_drl":
+            seq = seq_mean(per_token_logps)
+            objective = None
+            if self.args.sandwich and self._last_estimate is not None and self._last_estimate.eubo is not None:
+                objective = spg_sandwich(seq, self._last_estimate.eubo, advantages, self.args.sandwich_omega)
+            out = stable_drl_loss(
+                seq, seq_mean(old), advantages, g, clip_c=self.args.clip_c, objective_logps=objective
+            )
+            loss = aggregate_loss(out, normalizer=groups_here * accumulation)
+        elif self.loss_type == "stable_drl_ratio":
+            seq_log_ratio = ((per_token_logps - old) * mask).sum(-1)  # (B,) log of the sequence ratio
+            out = stable_drl_ratio_loss(seq_log_ratio, advantages, g, epsilon=self.epsilon_low)
+            loss = aggregate_loss(out, normalizer=groups_here * accumulation)
+        else:  # dgpo: token-mean over the accumulation window, as TRL's `dapo`
+            out = dgpo_loss(
+                per_token_logps,
+                old,
+                advantages,
+                mask,
+                epsilon_low=self.epsilon_low,
+                epsilon_high=self.epsilon_high,
+                n=self.args.dgpo_n,
+                m=self.args.dgpo_m,
+            )
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            loss = aggregate_loss(out, mask, normalizer)
+        self._log_objective_stats(mode, out.stats, entropies, mask)
+        return loss
+
+    def _log_objective_stats(self, mode, stats, entropies, mask):
+        m = self._metrics[mode]
+        for key, value in stats.items():
+            if key == "weights" or not isinstance(value, torch.Tensor) or value.ndim != 0:
+                continue
+            reduce = "max" if key.endswith("max") else ("sum" if key == "skipped" else "mean")
+            v = gather(value.detach().float().reshape(1))
+            m[f"stabledrl/{key}"].append(
+                float(v.max() if reduce == "max" else v.sum() if reduce == "sum" else v.mean())
+            )
+        if entropies is not None:
+            ent = gather(((entropies * mask).sum() / mask.sum().clamp(min=1)).detach().reshape(1))
+            m["entropy"].append(float(ent.mean()))

@@ -1,0 +1,81 @@
+"""A tiny character-level tokenizer and tiny LLaDA-architecture configs, built locally.
+
+Everything here runs without a model hub: tests, the embedded CPU default (`configs/tiny.yaml`) and the benchmarks
+build their tokenizer and model from these functions. The tokenizer follows LLaDA's conventions (a dedicated mask
+token, `<|endoftext|>` as both EOS and padding, `<|eot_id|>` closing a chat turn) and ships a chat template, so the
+task code can call `apply_chat_template` exactly as it does for LLaDA-8B-Instruct.
+"""
+
+from __future__ import annotations
+
+import string
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|mdm_mask|>", "<|eot_id|>", "<|user|>", "<|assistant|>"]
+CHARACTERS = list(string.digits + string.ascii_letters + string.punctuation + " \n")
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}<|user|>{% elif message['role'] == 'assistant' %}<|assistant|>"
+    "{% else %}<|user|>{% endif %}{{ message['content'] }}<|eot_id|>"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def build_tiny_tokenizer():
+    """Return a `PreTrainedTokenizerFast` with one token per character plus LLaDA-style special tokens.
+
+    Ids: `<|endoftext|>` 0 (EOS and pad, as in LLaDA), `<|mdm_mask|>` 1 (mask), `<|eot_id|>` 2, `<|user|>` 3,
+    `<|assistant|>` 4, then the characters. Vocabulary size 5 + 96 = 101.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
+    # One token per character: split every character into its own piece.
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(SPECIAL_TOKENS)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        mask_token="<|mdm_mask|>",
+        additional_special_tokens=["<|eot_id|>", "<|user|>", "<|assistant|>"],
+        padding_side="left",
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_llada_config_dict(vocab_size: int = 101, **overrides) -> dict:
+    """A LLaDA-format `config.json` dictionary (LLaDA's own key names) for a tiny model.
+
+    Defaults match the tiny tokenizer above (mask 1, EOS/pad 0). Pass overrides such as `n_kv_heads=2` (grouped-query
+    attention) or `weight_tying=True`.
+    """
+    config = {
+        "model_type": "llada",
+        "architectures": ["LLaDAModelLM"],
+        "d_model": 64,
+        "n_heads": 4,
+        "n_kv_heads": 4,
+        "n_layers": 2,
+        "mlp_hidden_size": 128,
+        "vocab_size": vocab_size,
+        "embedding_size": vocab_size,
+        "max_sequence_length": 512,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-5,
+        "weight_tying": False,
+        "block_type": "llama",
+        "layer_norm_type": "rms",
+        "activation_type": "silu",
+        "include_bias": False,
+        "mask_token_id": 1,
+        "eos_token_id": 0,
+        "pad_token_id": 0,
+    }
+    config.update(overrides)
+    return config
