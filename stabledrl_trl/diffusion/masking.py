@@ -1,0 +1,341 @@
+"""Mask samplers for masked-diffusion likelihood estimators: pure functions of padding masks and a seed.
+
+Every random draw is a counter-based hash of (seed, stream, row, sample, position) turned into a uniform in [0, 1),
+so a row's masks depend only on the seed, its row index, the Monte-Carlo sample index and each token's position, never
+on the batch's padding width or on other rows. Positions are counted so that padding moves no real token:
+
+- completion column j (completions are RIGHT-padded) has position j, counted from the completion start;
+- prompt column j of a width-P prompt (prompts are LEFT-padded) has position P - 1 - j, counted from the prompt end.
+
+All samplers return a `Masks`: boolean tensors saying which tokens are replaced by the mask token in each of the K
+samples. Padding (mask value 0) is never masked.
+
+Samplers (see `stabledrl_trl.diffusion.estimators` for the estimates built on them):
+- `mean_field_masks`: every real completion token masked (d1 / diffu-GRPO one-step proxy).
+- `random_ratio_masks`: one ratio t per sample, each real completion token masked with p = eps + (1 - eps) t
+  (LLaDA / MDLM); at least one masked token per sample.
+- `block_random_masks`: SPG's block-random scheme used by the official StableDRL code.
+- `coupled_masks`: pairs of complementary masks over the real completion tokens (DiffuCoder / ESPO).
+Each of them also masks real prompt tokens independently with probability `p_mask_prompt`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+_MASK32 = 0xFFFFFFFF
+_GOLDEN32 = 0x9E3779B9  # 2^32 / golden ratio: spreads consecutive counters before mixing
+
+# One stream per kind of draw, so that e.g. the ratio t and the token masks of a sample are independent.
+STREAM_PROMPT = 1
+STREAM_COMPLETION = 2
+STREAM_TIME = 3
+STREAM_FALLBACK = 4
+STREAM_BLOCK = 5
+STREAM_COUNT = 6
+STREAM_SUBSET = 7
+
+T_SAMPLINGS = ("uniform", "stratified")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Counter-based uniforms
+
+
+def resolve_seed(seed: int | torch.Generator) -> int:
+    """An int seed as is; a `torch.Generator` gives one int drawn from it (advancing its state)."""
+    if isinstance(seed, torch.Generator):
+        return int(torch.randint(0, 2**62, (1,), generator=seed, device=seed.device).item())
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(
+            f"seed must be an int or a torch.Generator, got {seed!r} ({type(seed).__name__}); pass e.g. seed=0"
+        )
+    return seed
+
+
+def _mul32(x: Tensor, c: int) -> Tensor:
+    """(x * c) mod 2^32 for int64 x in [0, 2^32) and a 32-bit constant c, without int64 overflow.
+
+    c is split into 16-bit halves so that every intermediate product stays below 2^48.
+    """
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _MASK32
+
+
+def mix32(x: Tensor) -> Tensor:
+    """A 32-bit integer mixing function (murmur3's finaliser) on int64 tensors holding values in [0, 2^32).
+
+    It is a bijection of the 32-bit integers in which every input bit affects every output bit.
+    """
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = _mul32(x, 0xC2B2AE35)
+    x = x ^ (x >> 16)
+    return x
+
+
+def counter_uniform(seed: int, *counters: Tensor | int, device: torch.device | str | None = None) -> Tensor:
+    """Uniforms in [0, 1) (float64) hashed from (seed, *counters); counters broadcast against each other.
+
+    Counters are non-negative integers below 2^32 (stream ids, row/sample indices, positions). The seed may be any
+    int (reduced modulo 2^64). Equal inputs give equal outputs; any change of the seed or of one counter gives an
+    (empirically) independent uniform.
+    """
+    seed = seed % 2**64
+    h = torch.full((), 0x811C9DC5, dtype=torch.int64, device=device)
+    values = [seed & _MASK32, seed >> 32, *counters]
+    for i, v in enumerate(values):
+        v = torch.as_tensor(v, dtype=torch.int64, device=device)
+        salt = (_GOLDEN32 * (i + 1)) & _MASK32
+        # Each slot gets its own salt, so (a, b) and (b, a) hash differently.
+        h = mix32(h ^ mix32((v + salt) & _MASK32))
+    return h.to(torch.float64) / 2.0**32
+
+
+def _grid_uniform(seed: int, stream: int, batch: int, samples: int, positions: Tensor) -> Tensor:
+    """Uniforms of shape (batch, samples, len(positions)) indexed by (row, sample, position)."""
+    device = positions.device
+    rows = torch.arange(batch, device=device)[:, None, None]  # (B, 1, 1)
+    ks = torch.arange(samples, device=device)[None, :, None]  # (1, K, 1)
+    return counter_uniform(seed, stream, rows, ks, positions[None, None, :], device=device)  # (B, K, len)
+
+
+def _completion_positions(width: int, device) -> Tensor:
+    return torch.arange(width, device=device)  # (C,) counted from the completion start
+
+
+def _prompt_positions(width: int, device) -> Tensor:
+    return torch.arange(width - 1, -1, -1, device=device)  # (P,) counted from the prompt end
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Validation
+
+
+def _check_pair(prompt_mask: Tensor, completion_mask: Tensor) -> None:
+    if prompt_mask.dim() != 2 or completion_mask.dim() != 2:
+        raise ValueError(
+            f"prompt_mask and completion_mask must be 2-D (B, P) and (B, C), got shapes {tuple(prompt_mask.shape)} and "
+            f"{tuple(completion_mask.shape)}"
+        )
+    if prompt_mask.shape[0] != completion_mask.shape[0]:
+        raise ValueError(
+            f"prompt_mask and completion_mask must have the same batch size, got {prompt_mask.shape[0]} and "
+            f"{completion_mask.shape[0]}"
+        )
+    if completion_mask.shape[1] == 0:
+        raise ValueError("completion_mask has zero columns; pass at least one completion position")
+
+
+def check_num_samples(num_samples, *, even: bool = False) -> None:
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    if even and num_samples % 2:
+        raise ValueError(
+            f"num_samples counts forward passes and must be even for coupled masks (one pass per mask and its "
+            f"complement), got {num_samples}; pass e.g. num_samples={num_samples + 1}"
+        )
+
+
+def check_probability(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Samplers
+
+
+@dataclass
+class Masks:
+    """Which tokens are replaced by the mask token in each of K samples (True = masked).
+
+    prompt: (B, K, P) bool; completion: (B, K, C) bool; mask_prob: (B, K) the per-token masking probability of the
+    completion in each sample (random-ratio sampler only); block: (B, K) index of the chosen block (block-random
+    sampler only; the number of blocks when the row has no real token).
+    """
+
+    prompt: Tensor
+    completion: Tensor
+    mask_prob: Tensor | None = None
+    block: Tensor | None = None
+
+
+def prompt_masks(seed: int, prompt_mask: Tensor, num_samples: int, p_mask_prompt: float) -> Tensor:
+    """(B, K, P) bool: each real prompt token masked independently with probability p_mask_prompt."""
+    B, P = prompt_mask.shape
+    real = prompt_mask.bool()[:, None, :]  # (B, 1, P)
+    if p_mask_prompt == 0.0 or P == 0:
+        return torch.zeros(B, num_samples, P, dtype=torch.bool, device=prompt_mask.device)
+    u = _grid_uniform(seed, STREAM_PROMPT, B, num_samples, _prompt_positions(P, prompt_mask.device))  # (B, K, P)
+    return (u < p_mask_prompt) & real
+
+
+def _select_lowest(scores: Tensor, candidates: Tensor, count: Tensor) -> Tensor:
+    """Among `candidates` (bool, (..., C)), select the `count` (..., ) ones with the lowest scores in [0, 1).
+
+    With i.i.d. uniform scores this is a uniformly random subset of the candidates of the given size. Non-candidates
+    get score 2 so they rank after every candidate; ranks therefore ignore padding.
+    """
+    scores = torch.where(candidates, scores, torch.full_like(scores, 2.0))
+    ranks = scores.argsort(dim=-1, stable=True).argsort(dim=-1)  # (..., C)
+    return candidates & (ranks < count[..., None])
+
+
+def _ensure_one_masked(seed: int, masked: Tensor, real: Tensor) -> Tensor:
+    """Where a sample masks no real completion token, mask one real token chosen uniformly (if the row has any)."""
+    B, K, C = masked.shape
+    empty = ~masked.any(dim=-1)  # (B, K)
+    if not bool(empty.any()):
+        return masked
+    u = _grid_uniform(seed, STREAM_FALLBACK, B, K, _completion_positions(C, masked.device))  # (B, K, C)
+    pick = _select_lowest(u, real.expand(B, K, C), torch.ones(B, K, dtype=torch.long, device=masked.device))
+    return masked | (pick & empty[..., None])
+
+
+def mean_field_masks(
+    seed: int, prompt_mask: Tensor, completion_mask: Tensor, *, num_samples: int = 1, p_mask_prompt: float = 0.15
+) -> Masks:
+    """Every real completion token masked; real prompt tokens masked independently with probability p_mask_prompt."""
+    _check_pair(prompt_mask, completion_mask)
+    check_num_samples(num_samples)
+    check_probability("p_mask_prompt", p_mask_prompt)
+    B, C = completion_mask.shape
+    completion = completion_mask.bool()[:, None, :].expand(B, num_samples, C).clone()  # (B, K, C)
+    return Masks(prompt_masks(seed, prompt_mask, num_samples, p_mask_prompt), completion)
+
+
+def random_ratio_masks(
+    seed: int,
+    prompt_mask: Tensor,
+    completion_mask: Tensor,
+    *,
+    num_samples: int,
+    t_sampling: str = "uniform",
+    eps: float = 1e-3,
+    p_mask_prompt: float = 0.0,
+) -> Masks:
+    """LLaDA / MDLM forward-process masks: one t per sample, each real completion token masked w.p. eps + (1-eps) t.
+
+    t_sampling "uniform": t = 1 - u, uniform in (0, 1], independent across samples; "stratified": t_k = (k + 1 - u_k)/K,
+    uniform in stratum ((k)/K, (k+1)/K], so the K samples cover (0, 1] evenly (each t_k is still uniform on (0, 1]
+    when k is uniform, so the average over samples keeps the same expectation).
+    A sample that masks no real token has one real token, chosen uniformly, masked instead: this avoids 0/0 in
+    per-token means at the price of a tiny bias at small t (probability (1 - p)^n).
+    `mask_prob` holds p per sample (B, K).
+    """
+    _check_pair(prompt_mask, completion_mask)
+    check_num_samples(num_samples)
+    check_probability("p_mask_prompt", p_mask_prompt)
+    if t_sampling not in T_SAMPLINGS:
+        raise ValueError(f"t_sampling must be one of {T_SAMPLINGS}, got {t_sampling!r}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 <= eps < 1.0:
+        raise ValueError(f"eps (smallest masking probability) must be in [0, 1), got {eps!r}; LLaDA uses eps=1e-3")
+    B, C = completion_mask.shape
+    device = completion_mask.device
+    real = completion_mask.bool()[:, None, :]  # (B, 1, C)
+    u_t = _grid_uniform(seed, STREAM_TIME, B, num_samples, torch.zeros(1, dtype=torch.long, device=device))[..., 0]
+    if t_sampling == "uniform":
+        t = 1.0 - u_t  # (B, K) in (0, 1]
+    else:
+        k = torch.arange(num_samples, device=device, dtype=torch.float64)[None, :]  # (1, K)
+        t = (k + 1.0 - u_t) / num_samples  # (B, K) in (k/K, (k+1)/K]
+    p = eps + (1.0 - eps) * t  # (B, K)
+    u = _grid_uniform(seed, STREAM_COMPLETION, B, num_samples, _completion_positions(C, device))  # (B, K, C)
+    completion = (u < p[..., None]) & real
+    completion = _ensure_one_masked(seed, completion, real)
+    return Masks(prompt_masks(seed, prompt_mask, num_samples, p_mask_prompt), completion, mask_prob=p)
+
+
+def block_random_masks(
+    seed: int,
+    prompt_mask: Tensor,
+    completion_mask: Tensor,
+    *,
+    num_samples: int,
+    block_size: int = 32,
+    p_mask_prompt: float = 0.15,
+) -> Masks:
+    """SPG's block-random masks (the official StableDRL code).
+
+    Completion positions are cut into blocks of block_size from the completion start. Per sample: choose one block
+    uniformly among the blocks holding real tokens; mask every real token of the later blocks; inside the chosen block
+    mask a uniformly random count k in [1, real tokens of the block] of its real positions (a uniformly random subset of
+    that size); mask real tokens of earlier blocks and real prompt tokens independently with probability p_mask_prompt.
+    """
+    _check_pair(prompt_mask, completion_mask)
+    check_num_samples(num_samples)
+    check_probability("p_mask_prompt", p_mask_prompt)
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}; SPG uses block_size=32")
+    B, C = completion_mask.shape
+    K = num_samples
+    device = completion_mask.device
+    real = completion_mask.bool()  # (B, C)
+    pos = _completion_positions(C, device)
+    block_of = pos // block_size  # (C,)
+    num_blocks = (C + block_size - 1) // block_size
+    one_hot = block_of[:, None] == torch.arange(num_blocks, device=device)[None, :]  # (C, NB)
+    real_per_block = (real[:, :, None] & one_hot[None]).sum(dim=1)  # (B, NB)
+    has_real = real_per_block > 0  # (B, NB)
+    n_blocks_real = has_real.sum(dim=-1)  # (B,)
+
+    zero = torch.zeros(1, dtype=torch.long, device=device)
+    u_block = _grid_uniform(seed, STREAM_BLOCK, B, K, zero)[..., 0]  # (B, K)
+    # index among the blocks holding real tokens, then the block it is (the (idx+1)-th such block)
+    idx = torch.minimum((u_block * n_blocks_real[:, None]).floor().long(), (n_blocks_real[:, None] - 1).clamp(min=0))
+    rank_real = has_real.long().cumsum(dim=-1) - 1  # (B, NB): index of each real-holding block among them
+    is_chosen = has_real[:, None, :] & (rank_real[:, None, :] == idx[..., None])  # (B, K, NB)
+    chosen = torch.where(is_chosen.any(-1), is_chosen.long().argmax(-1), torch.full_like(idx, num_blocks))  # (B, K)
+
+    blk = block_of[None, None, :]  # (1, 1, C)
+    later = blk > chosen[..., None]  # (B, K, C)
+    inside = blk == chosen[..., None]
+    earlier = blk < chosen[..., None]
+    real3 = real[:, None, :]  # (B, 1, C)
+
+    n_in = torch.gather(real_per_block, 1, chosen.clamp(max=num_blocks - 1))  # (B, K) real tokens in the block
+    u_count = _grid_uniform(seed, STREAM_COUNT, B, K, zero)[..., 0]  # (B, K)
+    count = torch.minimum((u_count * n_in).floor().long() + 1, n_in)  # (B, K) uniform in [1, n_in]
+    u_subset = _grid_uniform(seed, STREAM_SUBSET, B, K, pos)  # (B, K, C)
+    in_block = _select_lowest(u_subset, inside & real3, count)
+
+    u_early = _grid_uniform(seed, STREAM_COMPLETION, B, K, pos)  # (B, K, C)
+    completion = (later & real3) | in_block | (earlier & real3 & (u_early < p_mask_prompt))
+    return Masks(prompt_masks(seed, prompt_mask, K, p_mask_prompt), completion, block=chosen)
+
+
+def coupled_masks(
+    seed: int, prompt_mask: Tensor, completion_mask: Tensor, *, num_samples: int, p_mask_prompt: float = 0.0
+) -> Masks:
+    """Complementary mask pairs: samples 2q and 2q+1 mask a random subset of the real completion tokens and its
+    complement, so every real token is masked exactly once per pair.
+
+    Per pair q: a count l uniform in [1, n_real - 1], then a uniformly random subset of l real tokens. When a row has
+    a single real token (n_real = 1) there is no non-trivial split: both passes of the pair mask that token (the
+    complement pass repeats the first one, with its own prompt mask). num_samples counts passes and must be even.
+    Prompt masks are drawn per pass.
+    """
+    _check_pair(prompt_mask, completion_mask)
+    check_num_samples(num_samples, even=True)
+    check_probability("p_mask_prompt", p_mask_prompt)
+    B, C = completion_mask.shape
+    Q = num_samples // 2
+    device = completion_mask.device
+    real = completion_mask.bool()  # (B, C)
+    n_real = real.sum(-1)  # (B,)
+    zero = torch.zeros(1, dtype=torch.long, device=device)
+    u_count = _grid_uniform(seed, STREAM_COUNT, B, Q, zero)[..., 0]  # (B, Q)
+    span = (n_real[:, None] - 1).clamp(min=1)  # (B, 1) choices of l
+    count = torch.minimum((u_count * span).floor().long() + 1, span)  # (B, Q) uniform in [1, n_real - 1]
+    u_subset = _grid_uniform(seed, STREAM_SUBSET, B, Q, _completion_positions(C, device))  # (B, Q, C)
+    first = _select_lowest(u_subset, real[:, None, :].expand(B, Q, C), count)  # (B, Q, C)
+    second = real[:, None, :] & ~first
+    single = (n_real == 1)[:, None, None]  # (B, 1, 1)
+    second = torch.where(single, first, second)
+    completion = torch.stack([first, second], dim=2).reshape(B, num_samples, C)  # (B, K, C): pass 2q, 2q+1
+    return Masks(prompt_masks(seed, prompt_mask, num_samples, p_mask_prompt), completion)
