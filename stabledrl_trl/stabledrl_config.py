@@ -18,7 +18,7 @@ CHANGED_GRPO_DEFAULTS = {
     "loss_type": ("dapo", "stable_drl", "the StableDRL objective is the point of this package"),
     "scale_rewards": ("group", "none", "advantages are mean-centred only, as the official StableDRL code"),
     "temperature": (1.0, 0.9, "the official StableDRL rollout temperature"),
-    "max_completion_length": (256, 256, "unchanged; for a dLLM it is the generation length"),
+    "max_completion_length": (512, 256, "the official StableDRL generation length (for a dLLM, every rollout's)"),
 }
 
 
@@ -27,7 +27,7 @@ class StableDRLConfig(GRPOConfig):
     r"""Configuration for [`StableDRLTrainer`]: every [`trl.GRPOConfig`] field, plus the fields below.
 
     Changed GRPO defaults: `loss_type="stable_drl"` (was `"dapo"`), `scale_rewards="none"` (was `"group"`),
-    `temperature=0.9` (was `1.0`).
+    `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
     positions, split into blocks of `block_length` and decoded in `diffusion_steps` denoising steps.
@@ -50,6 +50,10 @@ class StableDRLConfig(GRPOConfig):
     scale_rewards: str = field(
         default="none",
         metadata={"help": "Advantage scaling, as in GRPOConfig: 'none' (mean-centred, default), 'group', 'batch'."},
+    )
+    max_completion_length: int | None = field(
+        default=256,
+        metadata={"help": "Maximum completion length; for a diffusion LM, the fixed generation length."},
     )
     temperature: float = field(default=0.9, metadata={"help": "Sampling temperature for rollouts (0 = greedy)."})
     clip_c: float = field(
@@ -131,6 +135,22 @@ class StableDRLConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        # Layout checks first: TRL's own check on the same numbers gives a less specific message.
+        if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
+            if self.num_generations < 2:
+                raise ValueError(
+                    f"num_generations={self.num_generations}: loss_type={self.loss_type!r} normalises over the "
+                    "completions of one prompt, so it needs num_generations >= 2."
+                )
+            if self.per_device_train_batch_size % self.num_generations != 0:
+                raise ValueError(
+                    f"per_device_train_batch_size={self.per_device_train_batch_size} is not a multiple of "
+                    f"num_generations={self.num_generations}: loss_type={self.loss_type!r} normalises each group of "
+                    "num_generations completions exactly, so every micro-batch must hold whole groups. Set "
+                    f"per_device_train_batch_size to a multiple of {self.num_generations} (the official recipe uses "
+                    "one prompt per device micro-batch: per_device_train_batch_size = num_generations) and use "
+                    "gradient_accumulation_steps for a larger batch."
+                )
         super().__post_init__()
         known = OWN_LOSS_TYPES + TRL_LOSS_TYPES
         if self.loss_type not in known:
@@ -190,24 +210,10 @@ class StableDRLConfig(GRPOConfig):
             temperature=self.temperature,
             remasking=self.remasking,
             cfg_scale=self.cfg_scale,
-            mask_token_id=-1,  # resolved from the model later; checked by the trainer
+            mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
         )
-        if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
-            if self.num_generations < 2:
-                raise ValueError(
-                    f"num_generations={self.num_generations}: loss_type={self.loss_type!r} normalises over the "
-                    "completions of one prompt, so it needs num_generations >= 2."
-                )
-            if self.per_device_train_batch_size % self.num_generations != 0:
-                raise ValueError(
-                    f"per_device_train_batch_size={self.per_device_train_batch_size} is not a multiple of "
-                    f"num_generations={self.num_generations}: loss_type={self.loss_type!r} normalises each group of "
-                    "num_generations completions exactly, so every micro-batch must hold whole groups. Set "
-                    f"per_device_train_batch_size to a multiple of {self.num_generations} (the official recipe uses "
-                    "one prompt per device micro-batch: per_device_train_batch_size = num_generations) and use "
-                    "gradient_accumulation_steps for a larger batch."
-                )
-            if self.beta != 0.0:
-                pass  # a KL term is added per token on top; allowed
-        if self.sandwich and self.beta != 0.0:
-            raise ValueError("sandwich=True with beta != 0 is not supported; set beta=0.0 (no reference model).")
+        if self.loss_type in OWN_LOSS_TYPES and self.beta != 0.0:
+            raise ValueError(
+                f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
+                "none). Set beta=0.0, or use one of TRL's loss types (e.g. 'grpo') for a KL-regularised baseline."
+            )

@@ -1,0 +1,96 @@
+"""StableDRLConfig: defaults, and every bad value fails at construction with the field, the value and the fix."""
+
+import pytest
+from trl import GRPOConfig
+
+from stabledrl_trl.stabledrl_config import CHANGED_GRPO_DEFAULTS, StableDRLConfig
+
+
+def make(tmp_path, **kw):
+    base = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=64,
+        block_length=32,
+        diffusion_steps=32,
+        report_to="none",
+    )
+    base.update(kw)
+    return StableDRLConfig(**base)
+
+
+def test_is_a_grpo_config_with_documented_changed_defaults(tmp_path):
+    cfg = make(tmp_path)
+    assert isinstance(cfg, GRPOConfig)
+    assert cfg.loss_type == "stable_drl" and cfg.scale_rewards == "none" and cfg.temperature == 0.9
+    assert cfg.clip_c == 5.0 and cfg.mc_samples == 2 and cfg.likelihood_estimator == "block_random"
+    plain = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    for name, (old, new, _why) in CHANGED_GRPO_DEFAULTS.items():
+        assert getattr(plain, name) == old, name
+        assert StableDRLConfig.__dataclass_fields__[name].default == new, name
+
+
+def test_every_new_field_is_documented():
+    new = set(StableDRLConfig.__dataclass_fields__) - set(GRPOConfig.__dataclass_fields__)
+    assert {"clip_c", "likelihood_estimator", "mask_seed_mode", "block_length", "diffusion_steps"} <= new
+    for name in new | set(CHANGED_GRPO_DEFAULTS):
+        assert StableDRLConfig.__dataclass_fields__[name].metadata.get("help"), name
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(max_completion_length=60, block_length=32), ["block_length", "32", "60"]),
+        (dict(max_completion_length=64, block_length=32, diffusion_steps=33), ["steps", "33"]),
+        (dict(loss_type="ppo"), ["loss_type", "ppo", "stable_drl"]),
+        (dict(likelihood_estimator="exact"), ["likelihood_estimator", "exact", "block_random"]),
+        (dict(clip_c=1.0), ["clip_c", "1.0", "5.0"]),
+        (dict(clip_c=0.5), ["clip_c", "0.5"]),
+        (dict(loss_type="stable_drl_ratio", epsilon=1.5), ["epsilon", "1.5", "(0, 1)"]),
+        (dict(loss_type="stable_drl_ratio", epsilon=0.0), ["epsilon", "0.0"]),
+        (dict(loss_type="dgpo", epsilon_high=1.0), ["epsilon_high", "1.0"]),
+        (dict(mc_samples=0), ["mc_samples", "0", ">= 1"]),
+        (dict(p_mask_prompt=1.0), ["p_mask_prompt", "1.0", "[0, 1)"]),
+        (dict(p_mask_prompt=-0.1), ["p_mask_prompt", "-0.1"]),
+        (dict(likelihood_estimator="coupled", mc_samples=3), ["mc_samples", "3", "even"]),
+        (dict(mask_seed_mode="sometimes"), ["mask_seed_mode", "sometimes", "fresh"]),
+        (dict(remasking="topk"), ["remasking", "topk"]),
+        (dict(sandwich=True, likelihood_estimator="mc_elbo"), ["sandwich", "block_random"]),
+        (dict(sandwich=True, loss_type="dgpo"), ["sandwich", "stable_drl"]),
+        (dict(sandwich_beta=0.0), ["sandwich_beta", "1.5"]),
+        (dict(dgpo_n=0.0), ["dgpo_n"]),
+        (dict(estimator_chunk_size=0), ["estimator_chunk_size", "0"]),
+        (
+            dict(per_device_train_batch_size=6, num_generations=4),
+            ["per_device_train_batch_size", "6", "multiple of 4"],
+        ),
+        (dict(loss_type="dgpo", beta=0.04), ["beta", "0.04"]),
+    ],
+)
+def test_bad_values_fail_at_construction(tmp_path, kwargs, words):
+    with pytest.raises(ValueError) as info:
+        make(tmp_path, **kwargs)
+    message = str(info.value)
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_num_generations_below_two_rejected(tmp_path):
+    with pytest.raises(ValueError, match="num_generations"):
+        make(tmp_path, num_generations=1, per_device_train_batch_size=4)
+
+
+def test_trl_loss_types_accept_any_layout(tmp_path):
+    # TRL's own objectives do not normalise per group, so a micro-batch may split a group.
+    cfg = make(
+        tmp_path,
+        loss_type="grpo",
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        num_generations=4,
+        beta=0.04,
+    )
+    assert cfg.loss_type == "grpo" and cfg.beta == 0.04
