@@ -25,7 +25,7 @@ from trl.trainer.utils import (
 from .diffusion.adapter import as_diffusion_lm, detect_family
 from .diffusion.estimators import estimate_likelihood, estimator_cost
 from .diffusion.sampler import generate as diffusion_generate
-from .diffusion.seeding import mix32, row_seeds
+from .diffusion.seeding import mix_seed, row_seeds
 from .objectives import (
     aggregate_loss,
     dgpo_loss,
@@ -155,8 +155,7 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _generator(self, *stream: int) -> torch.Generator:
         """A generator seeded from the config seed, the process and a stream: rollouts replay exactly on resume."""
-        seed = torch.tensor([self.args.seed, self.accelerator.process_index, *stream], dtype=torch.long)
-        value = int(mix32(mix32(seed).cumsum(0))[-1])
+        value = int(mix_seed(torch.zeros(1, dtype=torch.long), self.args.seed, self.accelerator.process_index, *stream))
         return torch.Generator(device=self.accelerator.device).manual_seed(value)
 
     @property

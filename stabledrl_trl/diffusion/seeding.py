@@ -5,25 +5,16 @@ with a base seed and a stream id (old policy, inner iteration, training step). A
 whichever micro-batch, accumulation step or process holds it and however much padding surrounds it, which is what
 makes group-exact normalisation reproducible across layouts and resumed runs exact.
 
-All arithmetic is int64 with results masked to 32 bits, so it is identical on every device.
+All arithmetic is int64 on values below 2^48 (see `masking.mix32`), so it is identical on every device.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .masking import _mul32, mix32
+
 _M32 = 0xFFFFFFFF
-
-
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer finaliser (xor-shift-multiply), vectorised; input and output in [0, 2^32)."""
-    x = x & _M32
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _M32
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & _M32
-    x = x ^ (x >> 16)
-    return x
 
 
 def content_keys(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -35,17 +26,17 @@ def content_keys(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     keep = mask.bool()
     rank = keep.long().cumsum(-1)  # (B, L) 1-based index of each real token among the real tokens
     # hash each (token, rank) pair, then combine by a wrapping sum (order enters through the rank)
-    h = mix32(mix32(ids + 0x9E3779B9) ^ (rank * 0x85EBCA6B & _M32))  # (B, L)
+    h = mix32(mix32((ids + 0x9E3779B9) & _M32) ^ _mul32(rank & _M32, 0x85EBCA6B))  # (B, L)
     h = torch.where(keep, h, torch.zeros_like(h))
     total = h.sum(-1) & _M32  # (B,)
-    return mix32(total ^ (keep.sum(-1) * 0xC2B2AE35 & _M32))
+    return mix32(total ^ _mul32(keep.sum(-1) & _M32, 0xC2B2AE35))
 
 
 def mix_seed(keys: torch.Tensor, *stream: int) -> torch.Tensor:
     """Combine per-row keys (B,) with integers (base seed, stream ids) into per-row seeds (B,) int64 in [0, 2^31)."""
     x = keys.long() & _M32
     for s in stream:
-        x = mix32(x ^ mix32(torch.full_like(x, int(s) & _M32) + 0x27D4EB2F))
+        x = mix32(x ^ mix32(torch.full_like(x, (int(s) + 0x27D4EB2F) & _M32)))
     return x & 0x7FFFFFFF
 
 
