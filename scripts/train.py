@@ -122,13 +122,13 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
     training_args.model_init_kwargs = {
         **(training_args.model_init_kwargs or {}),
         "dtype": dtype,
-        "trust_remote_code": model_args.trust_remote_code,
+        "trust_remote_code": training_args.trust_remote_code,
         "revision": model_args.model_revision,
     }
     if model_args.attn_implementation is not None:
         training_args.model_init_kwargs["attn_implementation"] = model_args.attn_implementation
     tokenizer = AutoTokenizer.from_pretrained(
-        model_path, padding_side="left", trust_remote_code=model_args.trust_remote_code
+        model_path, padding_side="left", trust_remote_code=training_args.trust_remote_code
     )
 
     def load(split, num):

@@ -1,0 +1,275 @@
+"""StableDRLTrainer end to end on a tiny LLaDA (and a tiny autoregressive Llama) on CPU."""
+
+import inspect
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOTrainer
+
+from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
+
+# The TRL hooks StableDRLTrainer overrides, with the parameters it relies on (TRL 1.16.0).
+EXPECTED_HOOKS = {
+    "_generate_single_turn": ["self", "prompt_ids", "images", "multimodal_fields", "num_generations"],
+    "_get_per_token_logps_and_entropies": [
+        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+    ],
+    "_generate_and_score_completions": ["self", "inputs"],
+    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+    "_prepare_inputs": ["self", "generation_batch"],
+    "_compute_loss": ["self", "model", "inputs"],
+}
+
+
+def digit_reward(prompts, completions, **kwargs):
+    """Fraction of characters that are digits: varied across samples, so advantages are non-zero."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
+
+
+def make_dataset(n=8):
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+{i + 1}="}]} for i in range(n)])
+
+
+def make_llada(seed=0, **overrides):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**tiny_llada_config_dict(**overrides))
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config)
+
+
+def make_args(tmp_path, **kw):
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        per_device_train_batch_size=4,
+        num_generations=4,
+        gradient_accumulation_steps=1,
+        max_completion_length=8,
+        block_length=4,
+        diffusion_steps=4,
+        max_steps=3,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        gradient_checkpointing=False,
+        seed=7,
+        temperature=1.0,
+    )
+    base.update(kw)
+    return StableDRLConfig(**base)
+
+
+def params_copy(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_HOOKS))
+def test_overridden_hooks_exist_in_trl_with_expected_signature(name):
+    assert hasattr(GRPOTrainer, name), f"TRL no longer has {name}: the override would never run"
+    params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+    assert params[: len(EXPECTED_HOOKS[name])] == EXPECTED_HOOKS[name]
+    assert name in StableDRLTrainer.__dict__, name
+    assert name in StableDRLTrainer.__doc__
+
+
+def test_training_steps_run_every_override_and_change_the_model(tmp_path):
+    tok = build_tiny_tokenizer()
+    model = make_llada()
+    trainer = StableDRLTrainer(
+        model=model, reward_funcs=digit_reward, args=make_args(tmp_path), train_dataset=make_dataset(),
+        processing_class=tok,
+    )
+    assert trainer.is_diffusion
+    calls = {name: 0 for name in EXPECTED_HOOKS}
+    for name in EXPECTED_HOOKS:
+        original = getattr(trainer, name)
+
+        def counted(*a, _name=name, _orig=original, **k):
+            calls[_name] += 1
+            return _orig(*a, **k)
+
+        setattr(trainer, name, counted)
+    before = params_copy(trainer.model)
+    trainer.train()
+    assert all(n > 0 for n in calls.values()), calls
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    assert len(changed) == len(before), "every parameter receives a gradient under stable_drl"
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 3
+    for key in ("stabledrl/weight_mean", "stabledrl/weight_max", "stabledrl/clip_frac", "stabledrl/ess",
+                "stabledrl/log_ratio_std", "stabledrl/skipped", "reward", "grad_norm"):
+        for h in logs:
+            assert key in h and torch.isfinite(torch.tensor(float(h[key]))), (key, h)
+    for h in logs:
+        assert 1.0 <= h["stabledrl/ess"] <= 4.0
+        # fresh masks: the old policy is scored on its own masks, so weights differ from 1 even at step one
+        assert h["stabledrl/log_ratio_std"] > 0
+
+
+def test_lora_trains_adapters_only(tmp_path):
+    from peft import LoraConfig
+
+    tok = build_tiny_tokenizer()
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=make_args(tmp_path), train_dataset=make_dataset(),
+        processing_class=tok, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    before = params_copy(trainer.model)
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    lora = [n for n in before if "lora_" in n]
+    base = [n for n in before if "lora_" not in n]
+    assert lora and base
+    assert all(torch.equal(after[n], before[n]) for n in base), "base weights must stay frozen"
+    assert any(not torch.equal(after[n], before[n]) for n in lora if "lora_B" in n)
+
+
+def test_d1_recipe_grpo_mean_field_shared_masks_with_reference(tmp_path):
+    """diffu-GRPO (d1): TRL's grpo + mean-field estimator + shared mask seeds + beta 0.04, num_iterations 2."""
+    from peft import LoraConfig
+
+    tok = build_tiny_tokenizer()
+    args = make_args(
+        tmp_path, loss_type="grpo", likelihood_estimator="mean_field", mask_seed_mode="shared", beta=0.04,
+        num_iterations=2, max_steps=2,
+    )
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
+        processing_class=tok, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2
+    # iteration 0 is on-policy with the same masks: the KL to the (adapter-free) reference starts at 0
+    assert logs[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in logs)
+
+
+@pytest.mark.parametrize("loss_type", ["stable_drl_ratio", "dgpo", "dapo"])
+def test_other_objectives_train(tmp_path, loss_type):
+    tok = build_tiny_tokenizer()
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=make_args(tmp_path, loss_type=loss_type, max_steps=2),
+        train_dataset=make_dataset(), processing_class=tok,
+    )
+    before = params_copy(trainer.model)
+    trainer.train()
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_autoregressive_model_keeps_trl_generation_and_exact_logps(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    trainer = StableDRLTrainer(
+        model=model, reward_funcs=digit_reward, args=make_args(tmp_path, max_steps=2), train_dataset=make_dataset(),
+        processing_class=tok,
+    )
+    assert not trainer.is_diffusion
+    # exact log-probs: TRL's causal path, equal to log_softmax of the shifted logits
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    am = torch.ones_like(ids)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 3)
+    logits = trainer.model(input_ids=ids).logits
+    ref = torch.log_softmax(logits[:, -4:-1].float(), -1).gather(-1, ids[:, -3:, None])[..., 0]
+    torch.testing.assert_close(logps, ref, atol=1e-5, rtol=1e-5)
+    before = params_copy(trainer.model)
+    trainer.train()
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_grpo_gradient_grows_with_planted_ratio_but_stable_drl_does_not(tmp_path):
+    """The same planted outlier (ratio r on a negative-advantage sample) through the trainer's real loss code."""
+    tok = build_tiny_tokenizer()
+    g = 4
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    completion_ids = torch.tensor([[10, 11, 12, 0]] * g)
+    completion_mask = torch.tensor([[1, 1, 1, 1]] * g)
+    prompt_ids = torch.tensor([[3, 20, 21, 2, 4]] * g)
+    prompt_mask = torch.ones_like(prompt_ids)
+
+    def grad_norm(loss_type, ratio):
+        args = make_args(tmp_path, loss_type=loss_type, likelihood_estimator="mean_field", mask_seed_mode="shared")
+        trainer = StableDRLTrainer(
+            model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
+            processing_class=tok,
+        )
+        model = trainer.model
+        ids = torch.cat([prompt_ids, completion_ids], 1)
+        am = torch.cat([prompt_mask, completion_mask], 1)
+        trainer._mask_stream = (2, 0, 0)
+        with torch.no_grad():
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, am, completion_ids.size(1))
+        old = logps.clone()
+        # plant: sample 1 (A < 0) gets log ratio log(ratio), spread over its tokens
+        old[1] -= torch.log(torch.tensor(ratio)) / completion_ids.size(1)
+        inputs = dict(
+            prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
+            completion_mask=completion_mask, advantages=adv, old_per_token_logps=old,
+            num_items_in_batch=completion_mask.sum(), mask_gen_step=torch.zeros(g, dtype=torch.long),
+        )
+        model.zero_grad()
+        trainer._compute_loss(model, inputs).backward()
+        return torch.sqrt(sum((p.grad**2).sum() for p in model.parameters() if p.grad is not None)).item()
+
+    grpo = [grad_norm("grpo", r) for r in (1e1, 1e3, 1e5)]
+    assert grpo[1] > 50 * grpo[0] and grpo[2] > 50 * grpo[1], grpo
+    stable = [grad_norm("stable_drl", r) for r in (1e1, 1e3, 1e5)]
+    assert stable[0] == pytest.approx(stable[1], rel=1e-5) and stable[1] == pytest.approx(stable[2], rel=1e-5)
+
+
+def test_nonfinite_reward_is_dropped_and_counted(tmp_path):
+    tok = build_tiny_tokenizer()
+
+    def sometimes_inf(prompts, completions, **kw):
+        out = digit_reward(prompts, completions)
+        out[0] = float("inf")
+        return out
+
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=sometimes_inf, args=make_args(tmp_path, max_steps=2),
+        train_dataset=make_dataset(), processing_class=tok,
+    )
+    before = params_copy(trainer.model)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    for h in logs:
+        assert h["stabledrl/nonfinite_rewards"] == 1.0
+        assert h["stabledrl/skipped"] >= 1.0
+    for n, p in trainer.model.named_parameters():
+        assert torch.isfinite(p).all()
+        assert not torch.equal(p, before[n])
+
+
+def test_reward_function_that_raises_names_function_and_sample(tmp_path):
+    from stabledrl_trl.stabledrl_trainer import RewardFunctionError
+
+    tok = build_tiny_tokenizer()
+
+    def fragile_reward(prompts, completions, **kw):
+        if any("3+4" in str(p) for p in prompts):
+            raise ZeroDivisionError("boom")
+        return [0.0] * len(completions)
+
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=fragile_reward, args=make_args(tmp_path, max_steps=2),
+        train_dataset=make_dataset(), processing_class=tok,
+    )
+    with pytest.raises(RewardFunctionError) as info:
+        trainer.train()
+    message = str(info.value)
+    assert "fragile_reward" in message and "ZeroDivisionError" in message and "3+4" in message
