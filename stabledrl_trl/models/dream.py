@@ -1,0 +1,125 @@
+"""Dream (Dream-v0, DiffuCoder) as a native transformers model: the Qwen2 implementation with bidirectional attention.
+
+Dream models are Qwen2 checkpoints trained further as masked diffusion LMs: same weights and names as
+`Qwen2ForCausalLM` (model.layers.{i}.self_attn.q_proj, ..., lm_head), attention without a causal mask, mask token
+151666 on the hub checkpoints (`mask_token_id` in their config.json). Because they started from an autoregressive
+model, their logits keep the autoregressive alignment: output position i-1 holds the prediction for token i.
+`DreamModel` returns those raw (shifted) logits like Dream's own code; `stabledrl_trl.diffusion.adapter` realigns
+them.
+
+The hub config's model_type is "Dream" (capital D). transformers' Auto registry looks model types up by exact
+string, so registering "Dream" is enough for `AutoModel.from_pretrained(<Dream checkpoint>)`; the config's
+`auto_map` (remote code) is then never used.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Qwen2Config
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, Qwen2Model, Qwen2PreTrainedModel
+
+from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
+
+
+class DreamConfig(Qwen2Config):
+    """A `Qwen2Config` with model_type "Dream" and the diffusion `mask_token_id` (151666 on the hub checkpoints).
+
+    `to_dict` (hence `save_pretrained`) drops the hub config's `auto_map`: the saved folder holds no remote code.
+    """
+
+    model_type = "Dream"
+    mask_token_id: int | None = None
+
+    def __post_init__(self, **kwargs):
+        kwargs.pop("auto_map", None)  # points at remote code this class replaces
+        super().__post_init__(**kwargs)
+        if "sliding_attention" in self.layer_types:
+            raise ValueError(
+                "Dream config enables sliding-window attention (use_sliding_window=True), which this bidirectional "
+                "implementation does not support; set use_sliding_window=False."
+            )
+        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:
+            raise ValueError(
+                f"Dream config mask_token_id={self.mask_token_id} is outside the vocabulary [0, {self.vocab_size})."
+            )
+
+
+class DreamBaseModel(Qwen2Model):
+    """Dream's transformer body: `Qwen2Model` with bidirectional attention and padding-aware positions."""
+
+    config_class = DreamConfig
+    config: DreamConfig
+
+    def __init__(self, config: DreamConfig):
+        super().__init__(config)
+        disable_causal_attention(self)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache=None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ):
+        """Same inputs as `Qwen2Model.forward`. A 2D `attention_mask` (1 = real token) hides padding keys only.
+
+        `use_cache` has no effect (no key/value prefix can be reused with bidirectional attention); a `cache` raises.
+        """
+        check_no_cache(cache or kwargs.pop("past_key_values", None), type(self).__name__)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, L, D)
+        if position_ids is None and attention_mask is not None and attention_mask.dim() == 2:
+            position_ids = padding_position_ids(attention_mask).to(inputs_embeds.device)  # (B, L)
+        # Qwen2Model uses a precomputed {layer type: mask} dict as is: give it the bidirectional one (None when
+        # nothing is padded, else a mask over padded keys), so its causal mask is never built.
+        layer_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        return super().forward(
+            inputs_embeds=inputs_embeds,
+            attention_mask={"full_attention": layer_mask},
+            position_ids=position_ids,
+            use_cache=False,
+            **kwargs,
+        )
+
+
+class DreamModel(Qwen2ForCausalLM):
+    """Dream with its output head; `logits[:, i - 1]` predicts token i, as in Dream's own code.
+
+    The class name is the one Dream's hub checkpoints list under `architectures`; it is registered for AutoModel
+    (what Dream's own instructions load) and AutoModelForCausalLM. `save_pretrained` writes Qwen2 weight names, which
+    are Dream's own.
+    """
+
+    config_class = DreamConfig
+    config: DreamConfig
+
+    def __init__(self, config: DreamConfig):
+        # Qwen2ForCausalLM.__init__ would first build a causal Qwen2Model; build the bidirectional body directly.
+        Qwen2PreTrainedModel.__init__(self, config)
+        self.model = DreamBaseModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def generate(self, *args, **kwargs):
+        raise NotImplementedError(
+            "Dream is a masked diffusion model: left-to-right `generate` does not apply. Use the masked-diffusion "
+            "sampler in stabledrl_trl.diffusion.sampler with stabledrl_trl.diffusion.adapter.as_diffusion_lm(model)."
+        )
+
+
+def register_dream() -> None:
+    """Register Dream (model_type "Dream") with AutoConfig, AutoModel and AutoModelForCausalLM."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    AutoConfig.register("Dream", DreamConfig, exist_ok=True)
+    AutoModel.register(DreamConfig, DreamModel, exist_ok=True)
+    AutoModelForCausalLM.register(DreamConfig, DreamModel, exist_ok=True)

@@ -1,0 +1,40 @@
+"""Shared pytest fixtures: the tiny tokenizer, a tiny random LLaDA model and the LLaDA checkpoint fixture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def tiny_tokenizer():
+    """The char-level tokenizer of `stabledrl_trl.tiny` (EOS/pad 0, mask 1, <|eot_id|> 2, left padding)."""
+    from stabledrl_trl.tiny import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture
+def tiny_llada():
+    """A float32 `LLaDAModelLM` from `tiny_llada_config_dict()`, in eval mode, same weights on every call.
+
+    The weights come from seed 0 inside `fork_rng`, so the global RNG state is left as it was.
+    """
+    from stabledrl_trl.models.llada import LLaDAConfig, LLaDAModelLM
+    from stabledrl_trl.tiny import tiny_llada_config_dict
+
+    config = LLaDAConfig(**tiny_llada_config_dict())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LLaDAModelLM(config)
+    return model.float().eval()
+
+
+@pytest.fixture(scope="session")
+def llada_fixture_dir() -> Path:
+    """tests/fixtures/llada-tiny: a LLaDA checkpoint written by LLaDA's own code, with reference logits."""
+    return FIXTURES / "llada-tiny"
