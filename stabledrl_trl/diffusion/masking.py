@@ -2,7 +2,10 @@
 
 Every random draw is a counter-based hash of (seed, stream, row, sample, position) turned into a uniform in [0, 1),
 so a row's masks depend only on the seed, its row index, the Monte-Carlo sample index and each token's position, never
-on the batch's padding width or on other rows. Positions are counted so that padding moves no real token:
+on the batch's padding width or on other rows. The seed is an int (shared by the batch; the row index tells rows
+apart), a torch.Generator (one int is drawn from it), or a (B,) integer tensor of per-row seeds (then the row index is
+not used: a row's masks follow its own seed wherever it sits in the batch). Positions are counted so that padding moves
+no real token:
 
 - completion column j (completions are RIGHT-padded) has position j, counted from the completion start;
 - prompt column j of a width-P prompt (prompts are LEFT-padded) has position P - 1 - j, counted from the prompt end.
@@ -45,13 +48,30 @@ T_SAMPLINGS = ("uniform", "stratified")
 # Counter-based uniforms
 
 
-def resolve_seed(seed: int | torch.Generator) -> int:
-    """An int seed as is; a `torch.Generator` gives one int drawn from it (advancing its state)."""
+Seed = int | Tensor | torch.Generator
+
+
+def resolve_seed(seed: Seed, batch_size: int | None = None) -> int | Tensor:
+    """Normalise a seed: an int as is; a `torch.Generator` gives one int drawn from it (advancing its state); a (B,)
+    integer tensor of per-row seeds is returned as int64 (checked against batch_size when given); a 0-d integer tensor
+    gives an int.
+    """
     if isinstance(seed, torch.Generator):
         return int(torch.randint(0, 2**62, (1,), generator=seed, device=seed.device).item())
+    if isinstance(seed, Tensor):
+        if seed.dtype.is_floating_point or seed.dtype.is_complex or seed.dtype == torch.bool:
+            raise ValueError(f"a seed tensor must hold integers, got dtype {seed.dtype}")
+        if seed.dim() == 0:
+            return int(seed.item())
+        if seed.dim() != 1 or (batch_size is not None and seed.shape[0] != batch_size):
+            raise ValueError(
+                f"a seed tensor must have shape (B,) = ({batch_size},), one seed per row, got {tuple(seed.shape)}"
+            )
+        return seed.long()
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(
-            f"seed must be an int or a torch.Generator, got {seed!r} ({type(seed).__name__}); pass e.g. seed=0"
+            f"seed must be an int, a torch.Generator or a (B,) integer tensor of per-row seeds, got {seed!r} "
+            f"({type(seed).__name__}); pass e.g. seed=0"
         )
     return seed
 
@@ -78,16 +98,21 @@ def mix32(x: Tensor) -> Tensor:
     return x
 
 
-def counter_uniform(seed: int, *counters: Tensor | int, device: torch.device | str | None = None) -> Tensor:
-    """Uniforms in [0, 1) (float64) hashed from (seed, *counters); counters broadcast against each other.
+def counter_uniform(seed: int | Tensor, *counters: Tensor | int, device: torch.device | str | None = None) -> Tensor:
+    """Uniforms in [0, 1) (float64) hashed from (seed, *counters); seed and counters broadcast against each other.
 
     Counters are non-negative integers below 2^32 (stream ids, row/sample indices, positions). The seed may be any
-    int (reduced modulo 2^64). Equal inputs give equal outputs; any change of the seed or of one counter gives an
-    (empirically) independent uniform.
+    int or int64 tensor (taken modulo 2^64, two's complement). Equal inputs give equal outputs; any change of the seed
+    or of one counter gives an (empirically) independent uniform.
     """
-    seed = seed % 2**64
+    if isinstance(seed, Tensor):
+        seed = seed.to(device=device, dtype=torch.int64)
+        lo, hi = seed & _MASK32, (seed >> 32) & _MASK32  # arithmetic shift + mask = the two's complement halves
+    else:
+        seed = seed % 2**64
+        lo, hi = seed & _MASK32, seed >> 32
     h = torch.full((), 0x811C9DC5, dtype=torch.int64, device=device)
-    values = [seed & _MASK32, seed >> 32, *counters]
+    values = [lo, hi, *counters]
     for i, v in enumerate(values):
         v = torch.as_tensor(v, dtype=torch.int64, device=device)
         salt = (_GOLDEN32 * (i + 1)) & _MASK32
@@ -96,11 +121,17 @@ def counter_uniform(seed: int, *counters: Tensor | int, device: torch.device | s
     return h.to(torch.float64) / 2.0**32
 
 
-def _grid_uniform(seed: int, stream: int, batch: int, samples: int, positions: Tensor) -> Tensor:
-    """Uniforms of shape (batch, samples, len(positions)) indexed by (row, sample, position)."""
+def _grid_uniform(seed: int | Tensor, stream: int, batch: int, samples: int, positions: Tensor) -> Tensor:
+    """Uniforms of shape (batch, samples, len(positions)) indexed by (row, sample, position).
+
+    With per-row seeds (a (B,) tensor) the row counter is 0: the row's own seed tells it apart.
+    """
     device = positions.device
-    rows = torch.arange(batch, device=device)[:, None, None]  # (B, 1, 1)
     ks = torch.arange(samples, device=device)[None, :, None]  # (1, K, 1)
+    if isinstance(seed, Tensor):
+        seeds = seed.to(device)[:, None, None]  # (B, 1, 1)
+        return counter_uniform(seeds, stream, 0, ks, positions[None, None, :], device=device)  # (B, K, len)
+    rows = torch.arange(batch, device=device)[:, None, None]  # (B, 1, 1)
     return counter_uniform(seed, stream, rows, ks, positions[None, None, :], device=device)  # (B, K, len)
 
 
@@ -156,18 +187,21 @@ class Masks:
 
     prompt: (B, K, P) bool; completion: (B, K, C) bool; mask_prob: (B, K) the per-token masking probability of the
     completion in each sample (random-ratio sampler only); block: (B, K) index of the chosen block (block-random
-    sampler only; the number of blocks when the row has no real token).
+    sampler only; the number of blocks when the row has no real token); fallback: (B, K) bool, True where the
+    random-ratio draw masked no real token and one was masked by the at-least-one rule (random-ratio sampler only).
     """
 
     prompt: Tensor
     completion: Tensor
     mask_prob: Tensor | None = None
     block: Tensor | None = None
+    fallback: Tensor | None = None
 
 
-def prompt_masks(seed: int, prompt_mask: Tensor, num_samples: int, p_mask_prompt: float) -> Tensor:
+def prompt_masks(seed: Seed, prompt_mask: Tensor, num_samples: int, p_mask_prompt: float) -> Tensor:
     """(B, K, P) bool: each real prompt token masked independently with probability p_mask_prompt."""
     B, P = prompt_mask.shape
+    seed = resolve_seed(seed, B)
     real = prompt_mask.bool()[:, None, :]  # (B, 1, P)
     if p_mask_prompt == 0.0 or P == 0:
         return torch.zeros(B, num_samples, P, dtype=torch.bool, device=prompt_mask.device)
@@ -186,31 +220,35 @@ def _select_lowest(scores: Tensor, candidates: Tensor, count: Tensor) -> Tensor:
     return candidates & (ranks < count[..., None])
 
 
-def _ensure_one_masked(seed: int, masked: Tensor, real: Tensor) -> Tensor:
-    """Where a sample masks no real completion token, mask one real token chosen uniformly (if the row has any)."""
+def _ensure_one_masked(seed: int | Tensor, masked: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+    """Where a sample masks no real completion token, mask one real token chosen uniformly (if the row has any).
+
+    Returns the masks and a (B, K) bool telling which samples were completed this way.
+    """
     B, K, C = masked.shape
-    empty = ~masked.any(dim=-1)  # (B, K)
+    empty = ~masked.any(dim=-1) & real.any(dim=-1)  # (B, K)
     if not bool(empty.any()):
-        return masked
+        return masked, empty
     u = _grid_uniform(seed, STREAM_FALLBACK, B, K, _completion_positions(C, masked.device))  # (B, K, C)
     pick = _select_lowest(u, real.expand(B, K, C), torch.ones(B, K, dtype=torch.long, device=masked.device))
-    return masked | (pick & empty[..., None])
+    return masked | (pick & empty[..., None]), empty
 
 
 def mean_field_masks(
-    seed: int, prompt_mask: Tensor, completion_mask: Tensor, *, num_samples: int = 1, p_mask_prompt: float = 0.15
+    seed: Seed, prompt_mask: Tensor, completion_mask: Tensor, *, num_samples: int = 1, p_mask_prompt: float = 0.15
 ) -> Masks:
     """Every real completion token masked; real prompt tokens masked independently with probability p_mask_prompt."""
     _check_pair(prompt_mask, completion_mask)
     check_num_samples(num_samples)
     check_probability("p_mask_prompt", p_mask_prompt)
+    seed = resolve_seed(seed, completion_mask.shape[0])
     B, C = completion_mask.shape
     completion = completion_mask.bool()[:, None, :].expand(B, num_samples, C).clone()  # (B, K, C)
     return Masks(prompt_masks(seed, prompt_mask, num_samples, p_mask_prompt), completion)
 
 
 def random_ratio_masks(
-    seed: int,
+    seed: Seed,
     prompt_mask: Tensor,
     completion_mask: Tensor,
     *,
@@ -225,12 +263,13 @@ def random_ratio_masks(
     uniform in stratum ((k)/K, (k+1)/K], so the K samples cover (0, 1] evenly (each t_k is still uniform on (0, 1]
     when k is uniform, so the average over samples keeps the same expectation).
     A sample that masks no real token has one real token, chosen uniformly, masked instead: this avoids 0/0 in
-    per-token means at the price of a tiny bias at small t (probability (1 - p)^n).
-    `mask_prob` holds p per sample (B, K).
+    per-token means at the price of a small bias at small t (probability (1 - p)^n). `mask_prob` holds p per sample
+    (B, K) and `fallback` marks the samples completed this way (B, K).
     """
     _check_pair(prompt_mask, completion_mask)
     check_num_samples(num_samples)
     check_probability("p_mask_prompt", p_mask_prompt)
+    seed = resolve_seed(seed, completion_mask.shape[0])
     if t_sampling not in T_SAMPLINGS:
         raise ValueError(f"t_sampling must be one of {T_SAMPLINGS}, got {t_sampling!r}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 <= eps < 1.0:
@@ -247,12 +286,13 @@ def random_ratio_masks(
     p = eps + (1.0 - eps) * t  # (B, K)
     u = _grid_uniform(seed, STREAM_COMPLETION, B, num_samples, _completion_positions(C, device))  # (B, K, C)
     completion = (u < p[..., None]) & real
-    completion = _ensure_one_masked(seed, completion, real)
-    return Masks(prompt_masks(seed, prompt_mask, num_samples, p_mask_prompt), completion, mask_prob=p)
+    completion, fallback = _ensure_one_masked(seed, completion, real)
+    prompt = prompt_masks(seed, prompt_mask, num_samples, p_mask_prompt)
+    return Masks(prompt, completion, mask_prob=p, fallback=fallback)
 
 
 def block_random_masks(
-    seed: int,
+    seed: Seed,
     prompt_mask: Tensor,
     completion_mask: Tensor,
     *,
@@ -270,6 +310,7 @@ def block_random_masks(
     _check_pair(prompt_mask, completion_mask)
     check_num_samples(num_samples)
     check_probability("p_mask_prompt", p_mask_prompt)
+    seed = resolve_seed(seed, completion_mask.shape[0])
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}; SPG uses block_size=32")
     B, C = completion_mask.shape
@@ -310,7 +351,7 @@ def block_random_masks(
 
 
 def coupled_masks(
-    seed: int, prompt_mask: Tensor, completion_mask: Tensor, *, num_samples: int, p_mask_prompt: float = 0.0
+    seed: Seed, prompt_mask: Tensor, completion_mask: Tensor, *, num_samples: int, p_mask_prompt: float = 0.0
 ) -> Masks:
     """Complementary mask pairs: samples 2q and 2q+1 mask a random subset of the real completion tokens and its
     complement, so every real token is masked exactly once per pair.
@@ -323,6 +364,7 @@ def coupled_masks(
     _check_pair(prompt_mask, completion_mask)
     check_num_samples(num_samples, even=True)
     check_probability("p_mask_prompt", p_mask_prompt)
+    seed = resolve_seed(seed, completion_mask.shape[0])
     B, C = completion_mask.shape
     Q = num_samples // 2
     device = completion_mask.device

@@ -1,0 +1,491 @@
+"""Likelihood estimators for masked diffusion LMs: log pi(completion | prompt), length-normalised.
+
+A masked diffusion LM has no tractable sequence likelihood; GRPO-style ratios are built from estimates of it, and the
+estimators' noise is what makes those ratios noisy. Every estimator here has the same shape:
+
+1. draw K masks per row (`stabledrl_trl.diffusion.masking`: counter-based, so each row's masks depend only on the seed,
+   its row index, the sample index and positions, never on padding width or other rows; `seed` is an int, a
+   torch.Generator (one int drawn) or a (B,) integer tensor of per-row seeds, which makes a row's masks independent of
+   its index too);
+2. replace masked tokens by the mask token and run the model on the (B*K, P+C) rows [prompt, completion] with
+   attention_mask = [prompt_mask, completion_mask], in chunks of `chunk_size` rows;
+3. read log p(true token) and the entropy at every completion position of every sample, and combine them with
+   per-(sample, position) weights w (B, K, C):  token_logps[b, j] = sum_k w[b, k, j] * log p_k(y_j).
+
+The weights are chosen so that the masked mean of token_logps over the real completion tokens is the sequence
+estimate (seq_logps):
+- "mean_field" (d1 / diffu-GRPO): all completion tokens masked, one pass; w = 1 on real tokens.
+- "mc_elbo" / "block_random" (per-token mean, as the official StableDRL code): per sample, the mean of log p over its
+  masked real tokens; estimate = mean over samples. w = mask * n_real / (K * n_masked).
+- "mc_elbo_inv_t" (LLaDA / MDLM, 1/t-weighted): per sample sum over masked of log p / (p * n_real), p the sample's
+  masking probability; estimate = mean over samples. w = mask / (K * p) (0 for a sample whose draw masked nothing).
+- "coupled" (DiffuCoder / ESPO): complementary mask pairs, each real token scored once per pair; w = mask / (number
+  of passes in which the token is masked).
+
+Padding (mask 0) is never masked, keeps its ids, is not attended to and has weight 0; completion tokens after the
+first EOS carry mask 0 and are padding too. A row with no real completion token gets estimate 0.
+
+Memory: when gradients are enabled and there is more than one chunk, each chunk's forward + gather runs under
+`torch.utils.checkpoint` (non-reentrant): only the chunk's (rows, C) outputs are kept, and activations are recomputed
+chunk by chunk in backward, so raising K raises time, not peak memory, beyond one chunk.
+
+SPG's EUBO_beta (upper bound used for negative advantages) is returned when `eubo_beta` is given, for any estimator:
+(1/beta) * mean over real tokens masked in at least one sample of log((1/K) sum_k p_k^beta 1[masked in k] / t_hat_k),
+t_hat_k the realised mask ratio of the sample's real completion tokens; computed with logsumexp.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from stabledrl_trl.diffusion.masking import (
+    Masks,
+    Seed,
+    block_random_masks,
+    check_num_samples,
+    check_probability,
+    coupled_masks,
+    mean_field_masks,
+    random_ratio_masks,
+    resolve_seed,
+)
+
+LogitsFn = Callable[[Tensor, Tensor], Tensor]  # (input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V)
+
+
+@dataclass
+class LikelihoodEstimate:
+    """Output of every estimator.
+
+    token_logps: (B, C) per-token contributions, 0 where completion_mask == 0, differentiable; their masked mean over
+        completion_mask equals seq_logps.
+    seq_logps: (B,) length-normalised sequence estimate (per-token mean scale), differentiable.
+    token_entropy: (B, C) entropy of the predicted distributions, combined like token_logps (mc_elbo_inv_t uses the
+        per-token-mean weights so the values stay on the entropy scale), detached, for logging.
+    eubo: (B,) SPG's EUBO_beta when eubo_beta was given, else None; differentiable.
+    """
+
+    token_logps: Tensor
+    seq_logps: Tensor
+    token_entropy: Tensor
+    eubo: Tensor | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Shared machinery
+
+
+def _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta):
+    for name, t in (
+        ("prompt_ids", prompt_ids),
+        ("prompt_mask", prompt_mask),
+        ("completion_ids", completion_ids),
+        ("completion_mask", completion_mask),
+    ):
+        if not isinstance(t, Tensor) or t.dim() != 2:
+            shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a 2-D tensor, got {shape}")
+    if prompt_ids.shape != prompt_mask.shape:
+        raise ValueError(
+            f"prompt_ids {tuple(prompt_ids.shape)} and prompt_mask {tuple(prompt_mask.shape)} must have the same shape"
+        )
+    if completion_ids.shape != completion_mask.shape:
+        raise ValueError(
+            f"completion_ids {tuple(completion_ids.shape)} and completion_mask {tuple(completion_mask.shape)} must "
+            f"have the same shape"
+        )
+    if prompt_ids.shape[0] != completion_ids.shape[0]:
+        raise ValueError(
+            f"prompt_ids has {prompt_ids.shape[0]} rows but completion_ids has {completion_ids.shape[0]}; pass one "
+            f"prompt row per completion (repeat prompts for the completions of a group)"
+        )
+    if completion_ids.shape[1] == 0:
+        raise ValueError("completion_ids has zero columns; pass at least one completion position")
+    for name, m in (("prompt_mask", prompt_mask), ("completion_mask", completion_mask)):
+        if m.numel() and not bool(((m == 0) | (m == 1)).all()):
+            raise ValueError(f"{name} must hold only 0 and 1 (1 = real token), got values {m.unique().tolist()[:8]}")
+    if isinstance(mask_token_id, bool) or not isinstance(mask_token_id, int) or mask_token_id < 0:
+        raise ValueError(f"mask_token_id must be a non-negative int (the model's mask token), got {mask_token_id!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(
+            f"chunk_size must be a positive int (rows per forward pass) or None (all), got {chunk_size!r}"
+        )
+    if eubo_beta is not None and (
+        isinstance(eubo_beta, bool) or not isinstance(eubo_beta, (int, float)) or not eubo_beta > 0
+    ):
+        raise ValueError(f"eubo_beta must be a positive number (SPG uses 1.5) or None, got {eubo_beta!r}")
+
+
+def _masked_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, masks: Masks, mask_token_id: int):
+    """(B*K, P+C) input ids with masked tokens replaced by the mask id, and the matching attention mask."""
+    B, K, _ = masks.completion.shape
+    prompt = prompt_ids[:, None, :].expand(B, K, -1)  # (B, K, P)
+    completion = completion_ids[:, None, :].expand(B, K, -1)  # (B, K, C)
+    prompt = torch.where(masks.prompt, torch.full_like(prompt, mask_token_id), prompt)
+    completion = torch.where(masks.completion, torch.full_like(completion, mask_token_id), completion)
+    input_ids = torch.cat([prompt, completion], dim=-1).reshape(B * K, -1)  # (B*K, P+C)
+    attention = torch.cat([prompt_mask, completion_mask], dim=-1).to(prompt_ids.dtype)  # (B, P+C)
+    attention = attention[:, None, :].expand(B, K, -1).reshape(B * K, -1)  # (B*K, P+C)
+    return input_ids, attention
+
+
+def _chunk_logps(logits_fn: LogitsFn, input_ids: Tensor, attention_mask: Tensor, targets: Tensor, prompt_len: int):
+    """log p(target) and entropy at the completion positions of one chunk: (n, C) each (entropy detached)."""
+    logits = logits_fn(input_ids, attention_mask)
+    n, L = input_ids.shape
+    if logits.dim() != 3 or logits.shape[:2] != (n, L):
+        raise ValueError(
+            f"logits_fn must return logits of shape (N, L, V) = ({n}, {L}, V) aligned with input positions, got "
+            f"{tuple(logits.shape)}"
+        )
+    logits = logits[:, prompt_len:].float()  # (n, C, V); float32 for a stable softmax whatever the model dtype
+    log_z = torch.logsumexp(logits, dim=-1)  # (n, C)
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - log_z  # (n, C)
+    with torch.no_grad():
+        log_probs = logits - log_z[..., None]  # (n, C, V)
+        probs = log_probs.exp()
+        # p log p with p = 0 (e.g. -inf logits) counts as 0, not nan
+        entropy = -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1)  # (n, C)
+    return logp, entropy
+
+
+def _score(logits_fn, input_ids, attention_mask, targets, prompt_len: int, chunk_size: int | None):
+    """Run the model over all rows in chunks; returns log p (N, C) and entropy (N, C)."""
+    N = input_ids.shape[0]
+    size = N if chunk_size is None else min(chunk_size, N)
+    starts = range(0, N, size)
+    use_checkpoint = torch.is_grad_enabled() and len(starts) > 1
+    logps, entropies = [], []
+    for s in starts:
+        args = (input_ids[s : s + size], attention_mask[s : s + size], targets[s : s + size])
+        if use_checkpoint:
+            # Keep only this chunk's (rows, C) outputs; its activations are recomputed during backward.
+            logp, ent = checkpoint(
+                _chunk_logps, logits_fn, *args, prompt_len, use_reentrant=False, preserve_rng_state=True
+            )
+        else:
+            logp, ent = _chunk_logps(logits_fn, *args, prompt_len)
+        logps.append(logp)
+        entropies.append(ent)
+    return torch.cat(logps), torch.cat(entropies)
+
+
+def _eubo(logp: Tensor, masked: Tensor, real: Tensor, beta: float) -> Tensor:
+    """SPG's EUBO_beta per row (B,), from per-sample log p (B, K, C), masks (B, K, C) and real tokens (B, C)."""
+    K = logp.shape[1]
+    masked = masked & real[:, None, :]  # (B, K, C)
+    n_masked = masked.sum(-1).clamp(min=1)  # (B, K)
+    n_real = real.sum(-1).clamp(min=1)  # (B,)
+    log_t_hat = n_masked.double().log() - n_real.double().log()[:, None]  # (B, K) realised mask ratio
+    terms = beta * logp - log_t_hat[..., None].to(logp.dtype)  # (B, K, C): log(p^beta / t_hat)
+    terms = torch.where(masked, terms, torch.full_like(terms, -math.inf))
+    seen = masked.any(dim=1)  # (B, C) masked in at least one sample
+    # never-masked columns would be logsumexp of all -inf (nan gradients): give them zeros, dropped below
+    terms = torch.where(seen[:, None, :], terms, torch.zeros_like(terms))
+    log_mean = torch.logsumexp(terms, dim=1) - math.log(K)  # (B, C)
+    per_token = torch.where(seen, log_mean / beta, torch.zeros_like(log_mean))
+    return per_token.sum(-1) / seen.sum(-1).clamp(min=1)
+
+
+def _estimate(
+    logits_fn,
+    prompt_ids,
+    prompt_mask,
+    completion_ids,
+    completion_mask,
+    masks: Masks,
+    weights: Tensor,
+    *,
+    mask_token_id: int,
+    chunk_size: int | None,
+    eubo_beta: float | None,
+    entropy_weights: Tensor | None = None,
+) -> LikelihoodEstimate:
+    """Forward the masked rows, then combine per-sample log p with the (B, K, C) weights."""
+    B, K, C = masks.completion.shape
+    P = prompt_ids.shape[1]
+    real = completion_mask.bool()  # (B, C)
+    input_ids, attention = _masked_inputs(
+        prompt_ids, prompt_mask, completion_ids, completion_mask, masks, mask_token_id
+    )
+    # padding may hold any id; gather a valid one there (its weight is 0)
+    targets = torch.where(real, completion_ids, torch.zeros_like(completion_ids))  # (B, C)
+    targets = targets[:, None, :].expand(B, K, C).reshape(B * K, C)
+    logp, entropy = _score(logits_fn, input_ids, attention, targets, P, chunk_size)
+    logp = logp.reshape(B, K, C)
+    entropy = entropy.reshape(B, K, C)
+
+    weights = weights.to(logp.dtype)
+    used = weights != 0
+    # where, not multiply: a model may return non-finite logits at unscored (e.g. padding) positions
+    token_logps = torch.where(used, weights * logp, torch.zeros_like(logp)).sum(dim=1)  # (B, C)
+    ew = weights if entropy_weights is None else entropy_weights.to(logp.dtype)
+    token_entropy = torch.where(ew != 0, ew * entropy, torch.zeros_like(entropy)).sum(dim=1)  # (B, C)
+    n_real = real.sum(-1).clamp(min=1).to(logp.dtype)  # (B,)
+    seq_logps = (token_logps * real).sum(-1) / n_real
+    eubo = None if eubo_beta is None else _eubo(logp, masks.completion, real, float(eubo_beta))
+    return LikelihoodEstimate(token_logps, seq_logps, token_entropy.detach(), eubo)
+
+
+def _per_token_mean_weights(masked: Tensor, real: Tensor) -> Tensor:
+    """(B, K, C) weights of the per-token-mean form: mean over samples of the mean over masked real tokens."""
+    K = masked.shape[1]
+    masked = masked & real[:, None, :]
+    n_masked = masked.sum(-1, keepdim=True).clamp(min=1)  # (B, K, 1)
+    n_real = real.sum(-1)[:, None, None]  # (B, 1, 1)
+    return masked * n_real / (K * n_masked)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Estimators
+
+
+def mean_field(
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int = 1,
+    p_mask_prompt: float = 0.15,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+) -> LikelihoodEstimate:
+    """d1's one-step mean-field proxy: every completion token masked, prompt tokens w.p. p_mask_prompt.
+
+    token_logps = log p(y_j) at each completion position; with num_samples > 1 (different prompt masks) averaged.
+    """
+    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
+    masks = mean_field_masks(
+        resolve_seed(seed, completion_ids.shape[0]),
+        prompt_mask,
+        completion_mask,
+        num_samples=num_samples,
+        p_mask_prompt=p_mask_prompt,
+    )
+    weights = masks.completion / num_samples  # (B, K, C)
+    return _estimate(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+    )  # fmt: skip
+
+
+def mc_elbo(
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int = 2,
+    p_mask_prompt: float = 0.0,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+    t_sampling: str = "uniform",
+    eps: float = 1e-3,
+) -> LikelihoodEstimate:
+    """Monte-Carlo ELBO, per-token-mean form (the official StableDRL code): no 1/t weight.
+
+    Per sample: t uniform in (0, 1] (or stratified), each real completion token masked w.p. eps + (1 - eps) t, at least
+    one masked (see `random_ratio_masks`); sample value = mean of log p over its masked real tokens. Estimate = mean
+    over samples.
+    """
+    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
+    masks = random_ratio_masks(
+        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
+        num_samples=num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=p_mask_prompt,
+    )  # fmt: skip
+    weights = _per_token_mean_weights(masks.completion, completion_mask.bool())
+    return _estimate(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+    )  # fmt: skip
+
+
+def mc_elbo_inv_t(
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int = 2,
+    p_mask_prompt: float = 0.0,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+    t_sampling: str = "uniform",
+    eps: float = 1e-3,
+) -> LikelihoodEstimate:
+    """Monte-Carlo ELBO with LLaDA / MDLM's 1/t weight, divided by the completion length.
+
+    Same masks as `mc_elbo`; sample value = (sum of log p over masked real tokens) / (p * n_real), p = eps + (1-eps) t
+    the sample's masking probability. Estimate = mean over samples (the length-normalised ELBO). A sample whose draw
+    masked no token is worth 0 here, as in the ELBO itself: the token the at-least-one rule masks in it is run through
+    the model but gets weight 0, which keeps the estimate unbiased for the ELBO (weighting it by 1/p would add a bias
+    of order log(1/eps) / n_real^2 per token).
+    """
+    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
+    masks = random_ratio_masks(
+        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
+        num_samples=num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=p_mask_prompt,
+    )  # fmt: skip
+    real = completion_mask.bool()
+    # A sample whose draw masked nothing contributes 0 to the 1/t ELBO; the token the at-least-one rule masked in it
+    # must not be scored with weight 1/p (that would add a term growing like log(1/eps)), so such samples get weight 0.
+    masked = masks.completion & real[:, None, :] & ~masks.fallback[..., None]
+    weights = masked / (num_samples * masks.mask_prob[..., None])  # (B, K, C)
+    return _estimate(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+        entropy_weights=_per_token_mean_weights(masks.completion, real),
+    )  # fmt: skip
+
+
+def block_random(
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int = 2,
+    p_mask_prompt: float = 0.15,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+    block_size: int = 32,
+) -> LikelihoodEstimate:
+    """SPG's block-random ELBO (the official StableDRL code): masks from `block_random_masks`, per-token-mean form."""
+    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
+    masks = block_random_masks(
+        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
+        num_samples=num_samples, block_size=block_size, p_mask_prompt=p_mask_prompt,
+    )  # fmt: skip
+    weights = _per_token_mean_weights(masks.completion, completion_mask.bool())
+    return _estimate(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+    )  # fmt: skip
+
+
+def coupled(
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int = 2,
+    p_mask_prompt: float = 0.0,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+) -> LikelihoodEstimate:
+    """Coupled (complementary) masks, DiffuCoder / ESPO: each pair scores every real token exactly once.
+
+    num_samples counts forward passes (even). Pair value = mean over real tokens of log p from the pass where the
+    token was masked; estimate = mean over pairs. With one real token both passes mask it and it is averaged over them.
+    """
+    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
+    masks = coupled_masks(
+        resolve_seed(seed, completion_ids.shape[0]),
+        prompt_mask,
+        completion_mask,
+        num_samples=num_samples,
+        p_mask_prompt=p_mask_prompt,
+    )
+    masked = masks.completion & completion_mask.bool()[:, None, :]
+    weights = masked / masked.sum(dim=1, keepdim=True).clamp(min=1)  # (B, K, C): mean over passes masking the token
+    return _estimate(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+    )  # fmt: skip
+
+
+ESTIMATORS: dict[str, Callable[..., LikelihoodEstimate]] = {
+    "mean_field": mean_field,
+    "mc_elbo": mc_elbo,
+    "mc_elbo_inv_t": mc_elbo_inv_t,
+    "block_random": block_random,
+    "coupled": coupled,
+}
+
+
+def _check_name(name) -> None:
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown likelihood estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
+
+
+def default_num_samples(name: str) -> int:
+    """The estimator's default number of forward passes per completion (1 for mean_field, 2 otherwise)."""
+    _check_name(name)
+    return inspect.signature(ESTIMATORS[name]).parameters["num_samples"].default
+
+
+def estimator_cost(name: str, num_samples: int | None = None) -> int:
+    """Forward passes per completion: num_samples for every estimator (mean_field: 1 by default; coupled: 2 per pair)."""
+    _check_name(name)
+    k = default_num_samples(name) if num_samples is None else num_samples
+    check_num_samples(k, even=name == "coupled")
+    return k
+
+
+def estimate_likelihood(
+    name: str,
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int | None = None,
+    p_mask_prompt: float | None = None,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+    **estimator_kwargs,
+) -> LikelihoodEstimate:
+    """Estimate length-normalised log-likelihoods of completions with the estimator `name` (see ESTIMATORS).
+
+    prompt_ids (B, P) left-padded with prompt_mask; completion_ids (B, C) right-padded with completion_mask (1 up to and
+    including the first EOS). num_samples / p_mask_prompt None take the estimator's defaults (mean_field: 1 / 0.15;
+    mc_elbo, mc_elbo_inv_t: 2 / 0; block_random: 2 / 0.15; coupled: 2 / 0). Extra keyword arguments go to the estimator
+    (mc_elbo*: t_sampling, eps; block_random: block_size).
+    """
+    _check_name(name)
+    fn = ESTIMATORS[name]
+    params = inspect.signature(fn).parameters
+    allowed = [p for p in params if params[p].kind is inspect.Parameter.KEYWORD_ONLY]
+    extra = sorted(set(estimator_kwargs) - set(allowed))
+    if extra:
+        own = sorted(
+            set(allowed) - {"mask_token_id", "seed", "num_samples", "p_mask_prompt", "chunk_size", "eubo_beta"}
+        )
+        raise ValueError(f"estimator {name!r} does not take {extra}; its own options are {own}")
+    kwargs = dict(estimator_kwargs)
+    if num_samples is not None:
+        kwargs["num_samples"] = num_samples
+    if p_mask_prompt is not None:
+        check_probability("p_mask_prompt", p_mask_prompt)
+        kwargs["p_mask_prompt"] = p_mask_prompt
+    return fn(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, **kwargs,
+    )  # fmt: skip
