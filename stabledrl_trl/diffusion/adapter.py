@@ -1,0 +1,239 @@
+"""One calling convention for every masked diffusion LM: `adapter(input_ids, attention_mask) -> aligned logits`.
+
+The sampler, the likelihood estimators and the trainer only ever call a `DiffusionAdapter`. It hides what differs
+between model families:
+- "llada": LLaDA (stabledrl_trl.models.llada), logits[:, i] predicts token i;
+- "dream": Dream / DiffuCoder (stabledrl_trl.models.dream), trained from an autoregressive model, so output i-1
+  holds the prediction for token i; the adapter shifts it back (see `DiffusionAdapter.__call__`);
+- "masked_lm": any transformers masked LM (BERT, RoBERTa, ModernBERT, ...), logits[:, i] predicts token i.
+Padding is never attended: a 2D attention mask goes to the model (which hides padded keys only), together with
+position ids that count real tokens only, so a left-padded row gets exactly the logits of the row alone, even for
+absolute position embeddings. The special ids (mask, EOS / end-of-turn, pad) come from the model config or the
+tokenizer, never from constants.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from stabledrl_trl.models.bidirectional import padding_position_ids
+
+FAMILIES = ("llada", "dream", "masked_lm")
+# Tokens that close a chat turn in common chat templates; generation stops at them as at EOS.
+END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>")
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The transformers model inside DDP / FSDP (`.module`), PEFT (`get_base_model()`) and torch.compile wrappers."""
+    for _ in range(8):  # wrappers nest a few levels at most (e.g. DDP around PEFT around the model)
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif hasattr(model, "module") and isinstance(model.module, nn.Module) and not hasattr(model, "config"):
+            model = model.module
+        else:
+            return model
+    return model
+
+
+def detect_family(model: nn.Module) -> str | None:
+    """'llada', 'dream' or 'masked_lm' from the (unwrapped) model's config and class; None for anything else.
+
+    None covers autoregressive LMs (e.g. LlamaForCausalLM, Qwen2ForCausalLM) and models without an LM head.
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+
+    inner = unwrap_model(model)
+    config = getattr(inner, "config", None)
+    if config is None:
+        return None
+    model_type = getattr(config, "model_type", "")
+    if model_type == "llada":
+        return "llada"
+    if model_type.lower() == "dream":
+        return "dream"
+    if getattr(config, "is_encoder_decoder", False):
+        return None  # e.g. BART sits in the masked-LM mapping but decodes causally
+    try:
+        masked_lm_class = MODEL_FOR_MASKED_LM_MAPPING[type(config)]
+    except (KeyError, ValueError):
+        return None
+    classes = masked_lm_class if isinstance(masked_lm_class, tuple) else (masked_lm_class,)
+    return "masked_lm" if isinstance(inner, classes) else None
+
+
+def is_diffusion_model(model: nn.Module) -> bool:
+    """True for LLaDA, Dream and transformers masked LMs (see `detect_family`)."""
+    return detect_family(model) is not None
+
+
+def _as_id_list(value) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    return [int(value)]
+
+
+def _position_offset(inner: nn.Module) -> int:
+    """First position index of a sequence: padding_idx + 1 for RoBERTa-style embeddings (they number positions from
+    there, computed from the padding), 0 for everything else (BERT's absolute positions, RoPE)."""
+    for module in inner.modules():
+        if hasattr(module, "create_position_ids_from_input_ids") and getattr(module, "padding_idx", None) is not None:
+            return int(module.padding_idx) + 1
+    return 0
+
+
+def realign_shifted_logits(logits: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Dream-style logits (output i-1 predicts token i) -> logits[:, i] predicting token i.
+
+    A row's first real token has no real output before it; it gets its own output instead, as Dream's sampler does
+    for position 0. It is always a prompt token, never a masked position that is predicted, and with this rule a
+    left-padded row gets exactly the logits of the row alone.
+    logits: (B, L, V); attention_mask: (B, L) with 1 for real tokens, or None (no padding).
+    """
+    shifted = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # (B, L, V): output i-1 at position i
+    if attention_mask is None:
+        return shifted
+    real = attention_mask.bool()  # (B, L)
+    previous_real = F.pad(real[:, :-1], (1, 0), value=False)  # (B, L): is token i-1 real
+    first_real = real & ~previous_real  # (B, L)
+    return torch.where(first_real[..., None], logits, shifted)
+
+
+class DiffusionAdapter:
+    """Calls a masked diffusion LM and returns logits aligned with the input positions, in float32.
+
+    Attributes: `model` (what is called, possibly a DDP / FSDP / PEFT wrapper), `family`, `mask_token_id`,
+    `eos_token_ids` (EOS and end-of-turn ids), `pad_token_id`. Build it with `as_diffusion_lm`.
+    """
+
+    def __init__(self, model: nn.Module, family: str, mask_token_id: int, eos_token_ids, pad_token_id: int):
+        if family not in FAMILIES:
+            raise ValueError(f"family={family!r} is not one of {FAMILIES}.")
+        eos_token_ids = tuple(dict.fromkeys(int(t) for t in eos_token_ids))
+        if not eos_token_ids:
+            raise ValueError(
+                "No EOS token id found in the model config or the tokenizer; pass eos_token_ids=[...] to "
+                "as_diffusion_lm (e.g. the tokenizer's end-of-sequence / [SEP] id)."
+            )
+        if pad_token_id == mask_token_id:
+            raise ValueError(
+                f"pad_token_id == mask_token_id == {mask_token_id}: padding would read as masked positions. Use a "
+                "different pad token, e.g. `tokenizer.pad_token = tokenizer.eos_token`, or pass pad_token_id=..."
+            )
+        if mask_token_id in eos_token_ids:
+            raise ValueError(f"mask_token_id={mask_token_id} is also an EOS id {eos_token_ids}; fix the special ids.")
+        self.model = model
+        self.family = family
+        self.mask_token_id = int(mask_token_id)
+        self.eos_token_ids = eos_token_ids
+        self.pad_token_id = int(pad_token_id)
+        self.position_offset = _position_offset(unwrap_model(model))
+
+    @property
+    def config(self):
+        """The config of the unwrapped transformers model."""
+        return unwrap_model(self.model).config
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids (B, L), attention_mask (B, L) of 1 (real) / 0 (padding) or None -> logits (B, L, V) float32.
+
+        logits[:, i] is the model's distribution for token i. For Dream, output i-1 predicts token i and is
+        returned at position i (see `realign_shifted_logits`).
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}.")
+        kwargs = {}
+        if attention_mask is not None:
+            if attention_mask.shape != input_ids.shape:
+                raise ValueError(
+                    f"attention_mask shape {tuple(attention_mask.shape)} must equal input_ids shape "
+                    f"{tuple(input_ids.shape)}."
+                )
+            # Positions count real tokens only, so left padding does not shift them (exact for absolute positions).
+            position_ids = padding_position_ids(attention_mask) + self.position_offset  # (B, L)
+            kwargs = {"attention_mask": attention_mask, "position_ids": position_ids}
+        out = self.model(input_ids=input_ids, **kwargs)
+        logits = out.logits if hasattr(out, "logits") else out[0]  # (B, L, V)
+        if self.family == "dream":
+            logits = realign_shifted_logits(logits, attention_mask)
+        return logits.float()
+
+    def __repr__(self) -> str:
+        return (
+            f"DiffusionAdapter(family={self.family!r}, model={type(self.model).__name__}, "
+            f"mask_token_id={self.mask_token_id}, eos_token_ids={self.eos_token_ids}, pad_token_id={self.pad_token_id})"
+        )
+
+
+def as_diffusion_lm(
+    model: nn.Module,
+    tokenizer=None,
+    family: str | None = None,
+    mask_token_id: int | None = None,
+    eos_token_ids=None,
+    pad_token_id: int | None = None,
+) -> DiffusionAdapter:
+    """Wrap `model` (LLaDA, Dream, a masked LM; possibly inside DDP / FSDP / PEFT) in a `DiffusionAdapter`.
+
+    family: detected from the config when None (see `detect_family`).
+    mask_token_id: the argument, else the model config's `mask_token_id`, else the tokenizer's mask token.
+    eos_token_ids: the argument, else the config's (and generation config's) eos ids plus the tokenizer's EOS and
+        end-of-turn tokens ("<|eot_id|>", "<|im_end|>") when it has them.
+    pad_token_id: the argument, else the tokenizer's pad id (it is what pads the batches), else the config's.
+    """
+    if isinstance(model, DiffusionAdapter):
+        model = model.model
+    inner = unwrap_model(model)
+    config = getattr(inner, "config", None)
+    if family is None:
+        family = detect_family(model)
+        if family is None:
+            model_type = getattr(config, "model_type", None)
+            raise ValueError(
+                f"{type(inner).__name__} (model_type={model_type!r}) is not a masked diffusion LM (LLaDA, Dream or a "
+                f"masked LM). Load a diffusion model, or pass family= one of {FAMILIES} if it is one."
+            )
+    elif family not in FAMILIES:
+        raise ValueError(f"family={family!r} is not one of {FAMILIES}.")
+
+    if mask_token_id is None:
+        config_mask = getattr(config, "mask_token_id", None)
+        tokenizer_mask = getattr(tokenizer, "mask_token_id", None) if tokenizer is not None else None
+        if config_mask is not None and tokenizer_mask is not None and config_mask != tokenizer_mask:
+            raise ValueError(
+                f"The model config's mask_token_id={config_mask} differs from the tokenizer's mask token id "
+                f"{tokenizer_mask}; pass mask_token_id=... explicitly."
+            )
+        mask_token_id = config_mask if config_mask is not None else tokenizer_mask
+    if mask_token_id is None:
+        raise ValueError(
+            f"No mask token id for {type(inner).__name__}: neither its config nor the tokenizer defines one. Set "
+            "mask_token_id (as_diffusion_lm(..., mask_token_id=...), model.config.mask_token_id or tokenizer.mask_token)."
+        )
+
+    if eos_token_ids is None:
+        eos_token_ids = _as_id_list(getattr(config, "eos_token_id", None))
+        generation_config = getattr(inner, "generation_config", None)
+        eos_token_ids += _as_id_list(getattr(generation_config, "eos_token_id", None))
+        if tokenizer is not None:
+            eos_token_ids += _as_id_list(tokenizer.eos_token_id)
+            vocab = tokenizer.get_vocab()
+            eos_token_ids += [vocab[token] for token in END_OF_TURN_TOKENS if token in vocab]
+    else:
+        eos_token_ids = _as_id_list(eos_token_ids)
+
+    if pad_token_id is None:
+        pad_token_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
+        if pad_token_id is None:
+            pad_token_id = getattr(config, "pad_token_id", None)
+    if pad_token_id is None:
+        raise ValueError(
+            "No pad token id: set tokenizer.pad_token (e.g. `tokenizer.pad_token = tokenizer.eos_token`), "
+            "model.config.pad_token_id, or pass pad_token_id=..."
+        )
+    return DiffusionAdapter(model, family, int(mask_token_id), eos_token_ids, int(pad_token_id))
