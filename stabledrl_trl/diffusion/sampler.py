@@ -11,7 +11,7 @@ logits are aligned with the input positions (shift Dream-style logits in the ada
 callee must mask the pad positions out of attention while keeping attention bidirectional; a row then gives the
 same output as the row alone (RoPE depends only on relative positions).
 
-Differences from LLaDA's reference code, all chosen so that the result per row is the same while the work is less:
+Differences from LLaDA's reference code (the first two leave the result unchanged):
 - candidates, noise and confidences are computed for the current block's positions only, (B, block_length, V)
   instead of (B, L, V): LLaDA gives every position outside the block -inf confidence anyway (earlier blocks are
   fully revealed, later ones are excluded), so those candidates are never used;
@@ -20,7 +20,11 @@ Differences from LLaDA's reference code, all chosen so that the result per row i
 - the mask token is never a candidate (its logit is set to -inf): a "revealed" mask token would leave the
   position masked behind the block. A trained LLaDA gives the mask token a negligible probability, so this only
   matters for untrained models;
-- randomness comes only from the `generator` argument, and the random remasking scores are float64 (no ties).
+- guidance and confidences are computed in at least float32 (LLaDA uses the model's dtype: bf16 probabilities tie
+  often, and ties make the reveal order arbitrary);
+- randomness comes only from the `generator` argument; random remasking scores are float64 (ties practically
+  impossible) and, like the Gumbel noise, drawn for the current block only, so a row's draws depend only on its
+  batch index, not on the prompt lengths.
 """
 
 from __future__ import annotations
