@@ -59,6 +59,7 @@ def group_mean_advantages(rewards: torch.Tensor, group_size: int, scale: bool = 
     rewards: (B,), B a multiple of group_size. Non-finite rewards are left out of the group mean and get A = NaN,
     so the objectives drop them.
     """
+    _check_groups(rewards.shape[0], group_size)
     grouped = rewards.view(-1, group_size)  # (G_n, G)
     finite = torch.isfinite(grouped)
     count = finite.sum(-1, keepdim=True).clamp(min=1)  # (G_n, 1)
@@ -68,6 +69,14 @@ def group_mean_advantages(rewards: torch.Tensor, group_size: int, scale: bool = 
         var = (torch.where(finite, adv, 0.0) ** 2).sum(-1, keepdim=True) / (count - 1).clamp(min=1)
         adv = adv / (var.sqrt() + 1e-4)
     return torch.where(finite, adv, float("nan")).view(-1)  # (B,)
+
+
+def _check_groups(n: int, group_size: int) -> None:
+    if group_size < 1 or n % group_size != 0:
+        raise ValueError(
+            f"group_size={group_size} does not divide the batch of {n} rows: each group of group_size consecutive rows "
+            "holds the completions of one prompt, so pass whole groups (batch size a multiple of group_size)."
+        )
 
 
 def _finite(*tensors: torch.Tensor) -> torch.Tensor:
@@ -123,6 +132,7 @@ def stable_drl_loss(
     """
     if clip_c <= 1.0:
         raise ValueError(f"clip_c must be > 1 (got {clip_c}); the official value is 5.0.")
+    _check_groups(seq_logps.shape[0], group_size)
     target = seq_logps if objective_logps is None else objective_logps
     valid = _finite(seq_logps, old_seq_logps, advantages, target).view(-1, group_size)  # (G_n, G)
     log_w = (seq_logps.detach() - old_seq_logps.detach()).view(-1, group_size)  # (G_n, G)
@@ -159,6 +169,7 @@ def stable_drl_ratio_loss(
     """
     if not 0.0 < epsilon < 1.0:
         raise ValueError(f"epsilon must be in (0, 1) (got {epsilon}); the usual value is 0.2.")
+    _check_groups(seq_log_ratio.shape[0], group_size)
     lo, hi = 1.0 - epsilon, 1.0 + epsilon
     valid = _finite(seq_log_ratio, advantages).view(-1, group_size)  # (G_n, G)
     log_r = torch.where(valid, seq_log_ratio.view(-1, group_size), 0.0)  # (G_n, G)
@@ -197,14 +208,18 @@ def dgpo_loss(
 
     d is computed in log space, one branch at a time (log d <= 0 in its region), so an untaken branch that would
     overflow never enters the graph; r * sg(d) = exp(log r + sg(log d)) has gradient r * d * grad log pi.
+    Tokens with A = 0 stay out of the graph (0 * inf would be NaN), and the weight r * d is capped at e^80: a token
+    beyond the cap (only possible in PPO's unclipped reverse region, A < 0 and r > e^80) contributes no gradient,
+    so float32 never overflows.
 
     Shapes: per_token_logps, old_per_token_logps, mask (B, T); advantages (B,) or (B, T). Returns (B, T).
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # (B, 1)
-    log_r = per_token_logps - old_per_token_logps  # (B, T)
+    log_r = per_token_logps - old_per_token_logps.detach()  # (B, T)
     valid = _finite(log_r, advantages.expand_as(log_r)) & mask.bool()
-    log_r = torch.where(valid, log_r, 0.0)
+    active = valid & (advantages.expand_as(log_r) != 0)
+    log_r = torch.where(active, log_r, 0.0)
     adv = torch.where(valid, advantages.expand_as(log_r), 0.0)  # (B, T)
     lr = log_r.detach()
     low = (lr < math.log(1 - epsilon_low)) & (adv < 0)
@@ -212,8 +227,8 @@ def dgpo_loss(
     log_d = torch.zeros_like(lr)
     log_d = torch.where(low, n * (lr - math.log(1 - epsilon_low)).clamp(max=0.0), log_d)
     log_d = torch.where(high, (math.log(1 + epsilon_high) - lr).clamp(max=0.0) / m, log_d)
-    unit_loss = -adv * torch.exp(log_r + log_d)  # (B, T)
-    unit_loss = torch.where(valid, unit_loss, 0.0)
+    unit_loss = -adv * torch.exp((log_r + log_d).clamp(max=80.0))  # (B, T)
+    unit_loss = torch.where(active, unit_loss, 0.0)
     n_tok = mask.bool().sum().clamp(min=1)
     stats = {
         "low_clip_frac": (low & valid).sum() / n_tok,

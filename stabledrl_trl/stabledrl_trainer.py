@@ -155,7 +155,9 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _generator(self, *stream: int) -> torch.Generator:
         """A generator seeded from the config seed, the process and a stream: rollouts replay exactly on resume."""
-        value = int(mix_seed(torch.zeros(1, dtype=torch.long), self.args.seed, self.accelerator.process_index, *stream))
+        value = int(
+            mix_seed(torch.zeros(1, dtype=torch.long), self.args.seed, self.accelerator.process_index, *stream)
+        )
         return torch.Generator(device=self.accelerator.device).manual_seed(value)
 
     @property
@@ -260,7 +262,8 @@ class StableDRLTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         shared = self.args.mask_seed_mode == "shared"
-        self._mask_stream = (_STREAM_ITER, 0) if shared else (_STREAM_OLD, self.state.global_step)
+        step = self.state.global_step
+        self._mask_stream = (_STREAM_ITER, step, 0) if shared else (_STREAM_OLD, step)
         output = super()._generate_and_score_completions(inputs)
 
         # Samples with a non-finite reward leave their group's normalisation (advantage NaN: objectives drop it).
@@ -362,7 +365,9 @@ class StableDRLTrainer(GRPOTrainer):
                 if "ref_per_token_logps_iters" in inputs:
                     inputs["ref_per_token_logps"] = inputs["ref_per_token_logps_iters"][:, j]
             else:
-                self._mask_stream = (_STREAM_STEP, self.state.global_step, self._step)
+                # Fresh masks per inner step, the same for every micro-batch and process of that step, so a row's
+                # masks do not depend on where the layout puts it.
+                self._mask_stream = (_STREAM_STEP, self.state.global_step, j)
         if self.loss_type not in OWN_LOSS_TYPES:
             return super()._compute_loss(model, inputs)
         return self._compute_own_loss(model, inputs)

@@ -14,7 +14,13 @@ from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
 EXPECTED_HOOKS = {
     "_generate_single_turn": ["self", "prompt_ids", "images", "multimodal_fields", "num_generations"],
     "_get_per_token_logps_and_entropies": [
-        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
     ],
     "_generate_and_score_completions": ["self", "inputs"],
     "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
@@ -83,7 +89,10 @@ def test_training_steps_run_every_override_and_change_the_model(tmp_path):
     tok = build_tiny_tokenizer()
     model = make_llada()
     trainer = StableDRLTrainer(
-        model=model, reward_funcs=digit_reward, args=make_args(tmp_path), train_dataset=make_dataset(),
+        model=model,
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path),
+        train_dataset=make_dataset(),
         processing_class=tok,
     )
     assert trainer.is_diffusion
@@ -103,8 +112,16 @@ def test_training_steps_run_every_override_and_change_the_model(tmp_path):
     assert len(changed) == len(before), "every parameter receives a gradient under stable_drl"
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 3
-    for key in ("stabledrl/weight_mean", "stabledrl/weight_max", "stabledrl/clip_frac", "stabledrl/ess",
-                "stabledrl/log_ratio_std", "stabledrl/skipped", "reward", "grad_norm"):
+    for key in (
+        "stabledrl/weight_mean",
+        "stabledrl/weight_max",
+        "stabledrl/clip_frac",
+        "stabledrl/ess",
+        "stabledrl/log_ratio_std",
+        "stabledrl/skipped",
+        "reward",
+        "grad_norm",
+    ):
         for h in logs:
             assert key in h and torch.isfinite(torch.tensor(float(h[key]))), (key, h)
     for h in logs:
@@ -118,8 +135,12 @@ def test_lora_trains_adapters_only(tmp_path):
 
     tok = build_tiny_tokenizer()
     trainer = StableDRLTrainer(
-        model=make_llada(), reward_funcs=digit_reward, args=make_args(tmp_path), train_dataset=make_dataset(),
-        processing_class=tok, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        model=make_llada(),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path),
+        train_dataset=make_dataset(),
+        processing_class=tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
     )
     before = params_copy(trainer.model)
     trainer.train()
@@ -137,12 +158,21 @@ def test_d1_recipe_grpo_mean_field_shared_masks_with_reference(tmp_path):
 
     tok = build_tiny_tokenizer()
     args = make_args(
-        tmp_path, loss_type="grpo", likelihood_estimator="mean_field", mask_seed_mode="shared", beta=0.04,
-        num_iterations=2, max_steps=2,
+        tmp_path,
+        loss_type="grpo",
+        likelihood_estimator="mean_field",
+        mask_seed_mode="shared",
+        beta=0.04,
+        num_iterations=2,
+        max_steps=2,
     )
     trainer = StableDRLTrainer(
-        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
-        processing_class=tok, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        model=make_llada(),
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=make_dataset(),
+        processing_class=tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
     )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
@@ -156,8 +186,11 @@ def test_d1_recipe_grpo_mean_field_shared_masks_with_reference(tmp_path):
 def test_other_objectives_train(tmp_path, loss_type):
     tok = build_tiny_tokenizer()
     trainer = StableDRLTrainer(
-        model=make_llada(), reward_funcs=digit_reward, args=make_args(tmp_path, loss_type=loss_type, max_steps=2),
-        train_dataset=make_dataset(), processing_class=tok,
+        model=make_llada(),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, loss_type=loss_type, max_steps=2),
+        train_dataset=make_dataset(),
+        processing_class=tok,
     )
     before = params_copy(trainer.model)
     trainer.train()
@@ -169,14 +202,23 @@ def test_autoregressive_model_keeps_trl_generation_and_exact_logps(tmp_path):
 
     tok = build_tiny_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = LlamaForCausalLM(config)
     trainer = StableDRLTrainer(
-        model=model, reward_funcs=digit_reward, args=make_args(tmp_path, max_steps=2), train_dataset=make_dataset(),
+        model=model,
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, max_steps=2),
+        train_dataset=make_dataset(),
         processing_class=tok,
     )
     assert not trainer.is_diffusion
@@ -205,30 +247,40 @@ def test_grpo_gradient_grows_with_planted_ratio_but_stable_drl_does_not(tmp_path
     def grad_norm(loss_type, ratio):
         args = make_args(tmp_path, loss_type=loss_type, likelihood_estimator="mean_field", mask_seed_mode="shared")
         trainer = StableDRLTrainer(
-            model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
+            model=make_llada(),
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
             processing_class=tok,
         )
         model = trainer.model
+        trainer.current_gradient_accumulation_steps = 1  # set by the training loop; this test calls the loss directly
         ids = torch.cat([prompt_ids, completion_ids], 1)
         am = torch.cat([prompt_mask, completion_mask], 1)
         trainer._mask_stream = (2, 0, 0)
         with torch.no_grad():
             logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, am, completion_ids.size(1))
         old = logps.clone()
-        # plant: sample 1 (A < 0) gets log ratio log(ratio), spread over its tokens
-        old[1] -= torch.log(torch.tensor(ratio)) / completion_ids.size(1)
+        # plant: sample 1 (A < 0) gets log ratio log(ratio) on its first token (TRL's grpo is token level);
+        # its sequence-level log weight (token mean) log(ratio)/4 is above log C = log 5 for every ratio below
+        old[1, 0] -= torch.log(torch.tensor(ratio))
         inputs = dict(
-            prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
-            completion_mask=completion_mask, advantages=adv, old_per_token_logps=old,
-            num_items_in_batch=completion_mask.sum(), mask_gen_step=torch.zeros(g, dtype=torch.long),
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=completion_ids,
+            completion_mask=completion_mask,
+            advantages=adv,
+            old_per_token_logps=old,
+            num_items_in_batch=completion_mask.sum(),
+            mask_gen_step=torch.zeros(g, dtype=torch.long),
         )
         model.zero_grad()
         trainer._compute_loss(model, inputs).backward()
         return torch.sqrt(sum((p.grad**2).sum() for p in model.parameters() if p.grad is not None)).item()
 
-    grpo = [grad_norm("grpo", r) for r in (1e1, 1e3, 1e5)]
+    grpo = [grad_norm("grpo", r) for r in (1e3, 1e5, 1e7)]
     assert grpo[1] > 50 * grpo[0] and grpo[2] > 50 * grpo[1], grpo
-    stable = [grad_norm("stable_drl", r) for r in (1e1, 1e3, 1e5)]
+    stable = [grad_norm("stable_drl", r) for r in (1e3, 1e5, 1e7)]
     assert stable[0] == pytest.approx(stable[1], rel=1e-5) and stable[1] == pytest.approx(stable[2], rel=1e-5)
 
 
@@ -241,8 +293,11 @@ def test_nonfinite_reward_is_dropped_and_counted(tmp_path):
         return out
 
     trainer = StableDRLTrainer(
-        model=make_llada(), reward_funcs=sometimes_inf, args=make_args(tmp_path, max_steps=2),
-        train_dataset=make_dataset(), processing_class=tok,
+        model=make_llada(),
+        reward_funcs=sometimes_inf,
+        args=make_args(tmp_path, max_steps=2),
+        train_dataset=make_dataset(),
+        processing_class=tok,
     )
     before = params_copy(trainer.model)
     trainer.train()
@@ -261,15 +316,25 @@ def test_reward_function_that_raises_names_function_and_sample(tmp_path):
     tok = build_tiny_tokenizer()
 
     def fragile_reward(prompts, completions, **kw):
-        if any("3+4" in str(p) for p in prompts):
+        # fails on one completion only: the error must point at it
+        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        if len(completions) == 1 and calls.append(1) is None and len(calls) == 3:
             raise ZeroDivisionError("boom")
-        return [0.0] * len(completions)
+        if len(completions) > 1:
+            raise ZeroDivisionError("boom")
+        return [float(len(t)) for t in texts]
+
+    calls = []
 
     trainer = StableDRLTrainer(
-        model=make_llada(), reward_funcs=fragile_reward, args=make_args(tmp_path, max_steps=2),
-        train_dataset=make_dataset(), processing_class=tok,
+        model=make_llada(),
+        reward_funcs=fragile_reward,
+        args=make_args(tmp_path, max_steps=2),
+        train_dataset=make_dataset(),
+        processing_class=tok,
     )
     with pytest.raises(RewardFunctionError) as info:
         trainer.train()
     message = str(info.value)
-    assert "fragile_reward" in message and "ZeroDivisionError" in message and "3+4" in message
+    assert "fragile_reward" in message and "ZeroDivisionError" in message and "sample 2" in message
+    assert "+" in message  # the sample's prompt is shown
