@@ -347,6 +347,16 @@ def test_save_pretrained_round_trip(llada_fixture_dir, reference, tmp_path):
         assert torch.equal(reloaded(reference["input_ids"]).logits, model(reference["input_ids"]).logits)
 
 
+def test_llama_named_save_loads_back(llada_fixture_dir, reference, tmp_path):
+    # save_original_format=False writes Llama module names; the LLaDA renames leave them untouched on loading.
+    model = load(llada_fixture_dir)
+    model.save_pretrained(tmp_path, save_original_format=False)
+    assert "model.layers.0.mlp.gate_proj.weight" in load_file(str(tmp_path / "model.safetensors"))
+    reloaded = load(tmp_path)
+    with torch.no_grad():
+        assert torch.equal(reloaded(reference["input_ids"]).logits, model(reference["input_ids"]).logits)
+
+
 def test_tied_model_round_trip(tmp_path):
     config = LLaDAConfig(**variant_config(weight_tying=True))
     with torch.random.fork_rng(devices=[]):
@@ -366,17 +376,23 @@ def test_gradient_checkpointing_gives_same_loss_and_grads(tiny_llada):
     mask = torch.ones_like(ids)
     mask[0, :3] = 0
 
+    mlp_calls = []
+    # A pre-hook: checkpoint recomputation stops early, once the last saved tensor is rebuilt inside the MLP.
+    model.model.layers[0].mlp.register_forward_pre_hook(lambda *args: mlp_calls.append(1))
+
     def loss_and_grads():
         model.zero_grad(set_to_none=True)
+        mlp_calls.clear()
         logits = model(ids, attention_mask=mask).logits
         loss = F.cross_entropy(logits[mask.bool()], ids[mask.bool()])
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
     loss_plain, grads_plain = loss_and_grads()
+    assert len(mlp_calls) == 1
     model.gradient_checkpointing_enable()
-    assert model.model.gradient_checkpointing
     loss_ckpt, grads_ckpt = loss_and_grads()
+    assert len(mlp_calls) == 2  # the layer really was recomputed during backward
     assert torch.equal(loss_plain, loss_ckpt)
     assert grads_plain.keys() == grads_ckpt.keys()
     for name in grads_plain:
