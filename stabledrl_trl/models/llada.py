@@ -99,7 +99,7 @@ class LLaDAConfig(LlamaConfig):
     """
 
     model_type = "llada"
-    attribute_map = {key: field for key, field in LLADA_TO_LLAMA_KEYS.items()}
+    attribute_map = dict(LLADA_TO_LLAMA_KEYS)  # config.d_model etc. read and write the Llama fields
 
     # LLaDA's defaults where they differ from Llama's (LLaDA configs set no bos token).
     rms_norm_eps: float = 1e-5
