@@ -1,0 +1,163 @@
+"""MATH (competition mathematics): LaTeX answers checked for mathematical equivalence with math-verify.
+
+Data. Train: hub id "DigitalLearningGmbH/MATH-lighteval" (all 7 subjects in one config, 7,500 train / 5,000 test
+rows; columns `problem`, `solution`, `level`, `type`); the gold answer is the last \\boxed{} of `solution`. Test
+(the default for split "test"): "HuggingFaceH4/MATH-500" (500 rows, split "test" only, with an `answer` column).
+`format_example` writes `answer` from the `answer` column when present, else from the solution's last box.
+
+Correctness reward (`math_correctness_reward`, 1.0 / 0.0). The model's answer is `extract_final_answer` (last
+<answer> tag, its last \\boxed{} if it has one; else the last \\boxed{} in the text). It is read as ONE LaTeX
+expression (surrounding `$...$` or `\\(...\\)` removed) and compared to the gold with math-verify's `verify`
+(numeric, symbolic, set/interval and equation equivalence: "\\frac12" = "0.5", "x=5" = "5").
+Safety: only math-verify's LaTeX extraction is used, never its plain-expression mode, because that one passes text
+to sympy's `parse_expr`, which evaluates it as Python; answers longer than `MAX_ANSWER_CHARS` score 0 unparsed;
+parsing and comparison each stop after `PARSE_TIMEOUT_S` / `VERIFY_TIMEOUT_S` seconds (math-verify's signal alarm,
+main thread only; in other threads the length cap is the only bound); any exception scores 0.
+
+Format reward (`math_format_reward`, at most 0.5): 0.25 for the <reasoning>/<answer> layout, plus 0.25 when the
+<answer> content holds a closed, non-empty \\boxed{...}.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from .common import (
+    ANSWER_FORMAT_INSTRUCTIONS,
+    FORMAT_ANSWER_SCORE,
+    FORMAT_STRUCTURE_SCORE,
+    boxed_contents,
+    completion_to_text,
+    extract_final_answer,
+    extract_tag,
+    format_dataset,
+    has_answer_format,
+    last_boxed,
+    load_rows,
+    reward_column,
+    take_samples,
+    user_prompt,
+)
+
+DEFAULT_TRAIN_PATH = "DigitalLearningGmbH/MATH-lighteval"
+DEFAULT_TEST_PATH = "HuggingFaceH4/MATH-500"
+SYSTEM_PROMPT = ANSWER_FORMAT_INSTRUCTIONS + "\nInside the answer tags, write the final answer as \\boxed{...}."
+
+MAX_ANSWER_CHARS = 512
+PARSE_TIMEOUT_S = 2
+VERIFY_TIMEOUT_S = 2
+
+logger = logging.getLogger(__name__)
+
+
+def math_gold(row: dict) -> str | None:
+    """The gold answer of a MATH row: its `answer` column, else the last \\boxed{} of its `solution`."""
+    answer = row.get("answer")
+    if answer is not None and str(answer).strip():
+        return str(answer).strip()
+    solution = row.get("solution")
+    return last_boxed(solution) if solution else None
+
+
+def _strip_math_delimiters(text: str) -> str:
+    text = text.strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
+            return text[len(left) : -len(right)].strip()
+    return text
+
+
+def _parse_latex(expression: str, timeout: int | None):
+    from math_verify import LatexExtractionConfig, parse
+
+    # Wrapping in \boxed{} makes math-verify read the whole string as one expression (box extraction first).
+    return parse(
+        "\\boxed{" + expression + "}",
+        extraction_config=[LatexExtractionConfig()],
+        parsing_timeout=timeout,
+    )
+
+
+def answers_match(prediction: str | None, gold: str | None) -> bool:
+    """True when math-verify finds the two LaTeX answers equivalent; False on anything odd (never raises)."""
+    if prediction is None or gold is None:
+        return False
+    prediction, gold = _strip_math_delimiters(prediction), _strip_math_delimiters(gold)
+    if not prediction or not gold or len(prediction) > MAX_ANSWER_CHARS:
+        return False
+    # math-verify's timeouts use signal.alarm, which only the main thread may set.
+    in_main = threading.current_thread() is threading.main_thread()
+    try:
+        from math_verify import verify
+
+        gold_parsed = _parse_latex(gold, PARSE_TIMEOUT_S if in_main else None)
+        pred_parsed = _parse_latex(prediction, PARSE_TIMEOUT_S if in_main else None)
+        if not gold_parsed or not pred_parsed:
+            return False
+        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=VERIFY_TIMEOUT_S if in_main else None))
+    except Exception:  # a reward must never stop training: any parser/sympy failure is a wrong answer
+        logger.debug("math-verify failed on prediction %r vs gold %r", prediction, gold, exc_info=True)
+        return False
+
+
+def _has_box_in_answer(text: str) -> bool:
+    answer = extract_tag(text)
+    if answer is None:
+        return False
+    boxes = boxed_contents(answer)
+    return bool(boxes) and all(box is not None for box in boxes) and bool(boxes[-1])
+
+
+def math_correctness_reward(prompts, completions, **kwargs) -> list[float | None]:
+    """1.0 when the completion's final answer is equivalent to the gold (math-verify), else 0.0 (None: no gold)."""
+    n = len(completions)
+    if kwargs.get("answer") is not None:
+        golds = reward_column(kwargs, "answer", n, "math_correctness_reward")
+    else:
+        solutions = reward_column(kwargs, ("answer", "solution"), n, "math_correctness_reward")
+        golds = [last_boxed(s) if s is not None else None for s in solutions]
+    rewards: list[float | None] = []
+    for completion, gold in zip(completions, golds):
+        if gold is None:
+            rewards.append(None)
+            continue
+        prediction = extract_final_answer(completion_to_text(completion))
+        rewards.append(1.0 if answers_match(prediction, str(gold)) else 0.0)
+    return rewards
+
+
+def math_format_reward(prompts, completions, **kwargs) -> list[float]:
+    """0.25 for the reasoning/answer layout + 0.25 when the <answer> content holds a closed, non-empty \\boxed{}."""
+    rewards = []
+    for completion in completions:
+        text = completion_to_text(completion)
+        score = FORMAT_STRUCTURE_SCORE if has_answer_format(text) else 0.0
+        rewards.append(score + (FORMAT_ANSWER_SCORE if _has_box_in_answer(text) else 0.0))
+    return rewards
+
+
+def format_example(row: dict, system_prompt: str = SYSTEM_PROMPT) -> dict:
+    """A MATH / MATH-500 row -> {"prompt": [user message], "answer": gold LaTeX answer}."""
+    return {"prompt": user_prompt(row["problem"].strip(), system_prompt), "answer": math_gold(row)}
+
+
+def load_math(
+    split: str = "train",
+    *,
+    path: str | None = None,
+    data_files=None,
+    num_samples: int | None = None,
+    system_prompt: str | None = None,
+    seed: int = 0,
+):
+    """MATH as a conversational dataset with columns `prompt` and `answer`.
+
+    Without `path`/`data_files`: split "train" reads MATH-lighteval's train split, split "test" reads MATH-500.
+    Pass `path="DigitalLearningGmbH/MATH-lighteval", split="test"` for the full 5,000-problem test set.
+    """
+    if path is None and data_files is None:
+        path = DEFAULT_TEST_PATH if split == "test" else DEFAULT_TRAIN_PATH
+    rows = load_rows(split, path=path, config=None, data_files=data_files)
+    rows = take_samples(rows, num_samples, seed)
+    return format_dataset(rows, format_example, SYSTEM_PROMPT if system_prompt is None else system_prompt)
