@@ -132,7 +132,7 @@ def run(out_path: str, loss_type: str = "stable_drl", grad_accum: int = 2, steps
     loss = out.unit_loss.mean()  # mean over all groups of the optimiser step
     loss.backward()
     diffs, updates = [], []
-    for (name, p0), p1 in zip(initial.named_parameters(), final.parameters()):
+    for p0, p1 in zip(initial.parameters(), final.parameters(), strict=True):
         expected = -args.learning_rate * p0.grad
         actual = p1.detach() - p0.detach()
         diffs.append((actual - expected).abs().max().item())
