@@ -120,3 +120,4 @@ __all__ = [
     "last_boxed",
     "load_task_dataset",
 ]
+from . import digit_sort  # noqa: E402, F401  (registers the built-in generated task "digit_sort")

@@ -1,0 +1,146 @@
+"""Tests for evaluate_model: exact accuracy with a model of known answers, batching and seed invariances."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from stabledrl_trl.diffusion.adapter import DiffusionAdapter
+from stabledrl_trl.evaluation import evaluate_model, left_pad
+from stabledrl_trl.tasks.digit_sort import digit_sort_correctness_reward, format_example
+
+EOS, MASK, EOT = 0, 1, 2
+GEN = 8
+
+
+class FixedAnswerModel(torch.nn.Module):
+    """Predicts the token sequence `answer_ids` on the last GEN positions, whatever the prompt (logit +50)."""
+
+    def __init__(self, answer_ids: list[int], vocab_size: int = 101):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.answer_ids = answer_ids + [EOS] * (GEN - len(answer_ids))
+        self.anchor = torch.nn.Parameter(torch.zeros(()))  # gives the module a device
+        self.calls = []
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        self.calls.append(tuple(input_ids.shape))
+        batch, length = input_ids.shape
+        logits = torch.zeros(batch, length, self.vocab_size)  # (B, L, V)
+        for j, token in enumerate(self.answer_ids):
+            logits[:, length - GEN + j, token] = 50.0
+        return SimpleNamespace(logits=logits)
+
+
+def _rows(digit_strings):
+    return [format_example({"digits": d}) for d in digit_strings]
+
+
+def _fixed_adapter(tokenizer, answer: str) -> DiffusionAdapter:
+    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [EOT]
+    return DiffusionAdapter(FixedAnswerModel(answer_ids), "llada", MASK, (EOS, EOT), EOS)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_known_answers_give_exact_accuracy(tiny_tokenizer, temperature):
+    # The model always answers "1234": right for the two rows whose digits sort to 1234, wrong for the other three.
+    rows = _rows(["4321", "9999", "2143", "1235", "0123"])
+    adapter = _fixed_adapter(tiny_tokenizer, "1234")
+    result = evaluate_model(
+        adapter,
+        tiny_tokenizer,
+        rows,
+        digit_sort_correctness_reward,
+        gen_length=GEN,
+        block_length=4,
+        steps=8,
+        temperature=temperature,
+        batch_size=2,
+        seed=0,
+        progress=False,
+    )
+    assert result["accuracy"] == pytest.approx(2 / 5)
+    assert result["n"] == 5 and result["num_rows"] == 5
+    assert [r["completion"] for r in result["records"]] == ["1234"] * 5
+    assert [r["reward"] for r in result["records"]] == [1.0, 0.0, 1.0, 0.0, 0.0]
+    assert [r["answer"] for r in result["records"]] == ["1234", "9999", "1234", "1235", "0123"]
+    assert result["records"][0]["prompt"] == "<|user|>sort 4321<|eot_id|><|assistant|>"
+    # batches of 2, 2 and 1 rows, 8 steps each; length = prompt (<|user|> sort 4321 <|eot_id|><|assistant|>: 12) + GEN
+    assert adapter.model.calls == [(2, 20)] * 8 + [(2, 20)] * 8 + [(1, 20)] * 8
+
+
+def test_task_name_and_taskspec_are_accepted(tiny_tokenizer):
+    from stabledrl_trl.tasks import get_task
+
+    rows = _rows(["4321", "9999"])
+    for reward in ("digit_sort", get_task("digit_sort")):
+        result = evaluate_model(
+            _fixed_adapter(tiny_tokenizer, "9999"),
+            tiny_tokenizer,
+            rows,
+            reward,
+            gen_length=GEN,
+            block_length=GEN,
+            steps=4,
+            progress=False,
+        )
+        assert result["accuracy"] == 0.5
+
+
+def test_left_pad():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_token_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def _tiny_eval(model, tokenizer, rows, **overrides):
+    settings = dict(gen_length=GEN, block_length=4, steps=4, temperature=0.0, batch_size=4, seed=0, progress=False)
+    settings.update(overrides)
+    return evaluate_model(model, tokenizer, rows, "digit_sort", **settings)
+
+
+def _varied_rows():
+    # prompts of different lengths (system prompts of different sizes), so batches are left-padded
+    rows = _rows(["4131", "0000", "9876", "5501", "1212", "3333", "7081"])
+    for i, row in enumerate(rows):
+        row["prompt"] = [{"role": "user", "content": "x" * i + row["prompt"][0]["content"]}]
+    return rows
+
+
+def test_batching_does_not_change_greedy_results(tiny_tokenizer, tiny_llada):
+    rows = _varied_rows()
+    one = _tiny_eval(tiny_llada, tiny_tokenizer, rows, batch_size=1)
+    four = _tiny_eval(tiny_llada, tiny_tokenizer, rows, batch_size=4)
+    assert one["records"] == four["records"]
+    assert one["accuracy"] == four["accuracy"]
+
+
+def test_sampling_is_seeded(tiny_tokenizer, tiny_llada):
+    rows = _varied_rows()
+    state = torch.random.get_rng_state()
+    a = _tiny_eval(tiny_llada, tiny_tokenizer, rows, temperature=1.0, seed=3)
+    b = _tiny_eval(tiny_llada, tiny_tokenizer, rows, temperature=1.0, seed=3)
+    c = _tiny_eval(tiny_llada, tiny_tokenizer, rows, temperature=1.0, seed=4)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global RNG is never used
+    assert a["records"] == b["records"]
+    assert [r["completion"] for r in a["records"]] != [r["completion"] for r in c["records"]]
+
+
+def test_restores_training_mode(tiny_tokenizer, tiny_llada):
+    tiny_llada.train()
+    _tiny_eval(tiny_llada, tiny_tokenizer, _rows(["1234"]))
+    assert tiny_llada.training
+
+
+def test_bad_arguments(tiny_tokenizer, tiny_llada):
+    rows = _rows(["1234"])
+    with pytest.raises(ValueError, match="batch_size"):
+        _tiny_eval(tiny_llada, tiny_tokenizer, rows, batch_size=0)
+    with pytest.raises(ValueError, match="block_length"):
+        _tiny_eval(tiny_llada, tiny_tokenizer, rows, block_length=3)
+    with pytest.raises(ValueError, match="empty"):
+        _tiny_eval(tiny_llada, tiny_tokenizer, [])
+    with pytest.raises(ValueError, match="unknown task"):
+        evaluate_model(tiny_llada, tiny_tokenizer, rows, "no_such_task", gen_length=8, block_length=8, steps=8)

@@ -1,0 +1,211 @@
+"""Tests for masked-diffusion SFT: data layout, the loss against a hand computation, training, and the cache."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from stabledrl_trl.sft import (
+    MaskedDiffusionSFTCollator,
+    MaskedDiffusionSFTConfig,
+    MaskedDiffusionSFTTrainer,
+    build_tiny_model,
+    masked_diffusion_sft_loss,
+    prepare_sft_model,
+    run_sft,
+    sample_completion_masks,
+    tokenize_sft_example,
+)
+
+EOS, MASK, EOT, USER, ASSISTANT = 0, 1, 2, 3, 4
+
+
+def _char_ids(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_tokenize_example_renders_chat_and_pads_with_eos(tiny_tokenizer):
+    row = {"prompt": [{"role": "user", "content": "ab"}], "answer": "xy"}
+    out = tokenize_sft_example(row, tiny_tokenizer, completion_length=6)
+    assert out["prompt_ids"] == [USER, *_char_ids(tiny_tokenizer, "ab"), EOT, ASSISTANT]
+    # answer, end of turn, then EOS up to the fixed length
+    assert out["completion_ids"] == [*_char_ids(tiny_tokenizer, "xy"), EOT, EOS, EOS, EOS]
+
+
+def test_tokenize_example_plain_text_prompt(tiny_tokenizer):
+    out = tokenize_sft_example({"prompt": "q:", "answer": 7}, tiny_tokenizer, completion_length=3)
+    assert out["prompt_ids"] == _char_ids(tiny_tokenizer, "q:")
+    assert out["completion_ids"] == [*_char_ids(tiny_tokenizer, "7"), EOS, EOS]
+
+
+def test_tokenize_example_rejects_short_completion_length(tiny_tokenizer):
+    row = {"prompt": [{"role": "user", "content": "ab"}], "answer": "xyz"}
+    with pytest.raises(ValueError, match="completion_length=3"):
+        tokenize_sft_example(row, tiny_tokenizer, completion_length=3)  # xyz + end of turn = 4 tokens
+
+
+def test_collator_left_pads_prompts():
+    collate = MaskedDiffusionSFTCollator(pad_token_id=EOS)
+    batch = collate(
+        [
+            {"prompt_ids": [5, 6, 7], "completion_ids": [8, 0]},
+            {"prompt_ids": [9], "completion_ids": [10, 11]},
+        ]
+    )
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 0], [0, 0, 9, 10, 11]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]
+    assert batch["completion_mask"].tolist() == [[0, 0, 0, 1, 1], [0, 0, 0, 1, 1]]
+    with pytest.raises(ValueError, match="completion_ids"):
+        collate([{"prompt_ids": [5], "completion_ids": [1]}, {"prompt_ids": [5], "completion_ids": [1, 2]}])
+
+
+def test_sample_masks_only_completion_and_seeded():
+    completion_mask = torch.tensor([[0, 0, 1, 1, 1, 1]] * 500)  # (B, L)
+    masked, t = sample_completion_masks(completion_mask, torch.Generator().manual_seed(3), eps=0.01)
+    assert masked.shape == (500, 6) and t.shape == (500,)
+    assert not masked[:, :2].any()  # the prompt is never masked
+    assert bool(((t > 0.01) & (t <= 1.0)).all())
+    # per-row masking rate follows t: the masked count's mean is 4 * E[t] = 4 * (1 + 0.01) / 2
+    assert masked.sum(1).float().mean().item() == pytest.approx(4 * 1.01 / 2, abs=0.15)
+    # correlation between t and the row's masked fraction is strong
+    frac = masked[:, 2:].float().mean(1)
+    assert torch.corrcoef(torch.stack([frac, t]))[0, 1] > 0.7
+    again, t_again = sample_completion_masks(completion_mask, torch.Generator().manual_seed(3), eps=0.01)
+    assert torch.equal(masked, again) and torch.equal(t, t_again)
+    with pytest.raises(ValueError, match="eps"):
+        sample_completion_masks(completion_mask, torch.Generator(), eps=0.0)
+
+
+def test_loss_matches_hand_computation():
+    # Two rows, L = 4, V = 3; row 0 has completion positions 1..3, row 1 positions 2..3.
+    logits = torch.tensor(
+        [
+            [[0.0, 0.0, 0.0], [1.0, 2.0, 3.0], [0.5, -1.0, 0.0], [2.0, 0.0, 1.0]],
+            [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [3.0, 1.0, 0.0], [0.0, 4.0, 1.0]],
+        ]
+    )
+    targets = torch.tensor([[0, 2, 1, 0], [1, 1, 0, 2]])
+    completion_mask = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]])
+    masked = torch.tensor([[False, True, False, True], [False, False, True, True]])
+    t = torch.tensor([0.5, 0.25])
+
+    def ce(row, pos):
+        z = logits[row, pos].tolist()
+        return math.log(sum(math.exp(v) for v in z)) - z[targets[row, pos]]
+
+    row0 = (ce(0, 1) / 0.5 + ce(0, 3) / 0.5) / 3  # 3 completion tokens
+    row1 = (ce(1, 2) / 0.25 + ce(1, 3) / 0.25) / 2  # 2 completion tokens
+    expected = (row0 + row1) / 2
+    loss = masked_diffusion_sft_loss(logits, targets, masked, t, completion_mask)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    # nothing masked: zero loss
+    none = torch.zeros_like(masked)
+    assert masked_diffusion_sft_loss(logits, targets, none, t, completion_mask).item() == 0.0
+
+
+def test_trainer_compute_loss_equals_loss_on_its_masks(tiny_tokenizer, tmp_path):
+    model = build_tiny_model(tiny_tokenizer, seed=0)
+    rows = [{"prompt": [{"role": "user", "content": c}], "answer": c * 2} for c in "abcd"]
+    args = MaskedDiffusionSFTConfig(output_dir=str(tmp_path), completion_length=4, seed=11, use_cpu=True)
+    trainer = MaskedDiffusionSFTTrainer(model, args, train_dataset=_dataset(rows), processing_class=tiny_tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    loss = trainer.compute_loss(model, batch)
+    # same masks from a generator seeded like the trainer's (seed + process index 0)
+    masked, t = sample_completion_masks(batch["completion_mask"], torch.Generator().manual_seed(11), args.mask_eps)
+    noisy = batch["input_ids"].masked_fill(masked, MASK)
+    logits = model(input_ids=noisy, attention_mask=batch["attention_mask"]).logits
+    expected = masked_diffusion_sft_loss(logits, batch["input_ids"], masked, t, batch["completion_mask"])
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def _dataset(rows):
+    from datasets import Dataset
+
+    return Dataset.from_list(rows)
+
+
+def test_build_tiny_model_is_seeded_and_keeps_global_rng(tiny_tokenizer):
+    state = torch.random.get_rng_state()
+    a = build_tiny_model(tiny_tokenizer, seed=1, d_model=32, n_layers=1, mlp_hidden_size=64)
+    b = build_tiny_model(tiny_tokenizer, seed=1, d_model=32, n_layers=1, mlp_hidden_size=64)
+    c = build_tiny_model(tiny_tokenizer, seed=2, d_model=32, n_layers=1, mlp_hidden_size=64)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert a.config.model_type == "llada" and a.config.hidden_size == 32 and a.config.num_hidden_layers == 1
+    assert a.config.mask_token_id == MASK and a.config.vocab_size == len(tiny_tokenizer)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
+
+
+def _fixed_mask_loss(model, tokenizer, rows, completion_length):
+    """The SFT loss of `rows` on masks from a fixed seed (the same masks before and after training)."""
+    features = [tokenize_sft_example(r, tokenizer, completion_length) for r in rows]
+    batch = MaskedDiffusionSFTCollator(pad_token_id=EOS)(features)
+    masked, t = sample_completion_masks(batch["completion_mask"].repeat(8, 1), torch.Generator().manual_seed(0))
+    ids = batch["input_ids"].repeat(8, 1)
+    with torch.no_grad():
+        logits = model(input_ids=ids.masked_fill(masked, MASK), attention_mask=batch["attention_mask"].repeat(8, 1))
+    return masked_diffusion_sft_loss(logits.logits, ids, masked, t, batch["completion_mask"].repeat(8, 1)).item()
+
+
+def _exact_match(prompts, completions, answer, **kwargs):
+    return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
+
+
+def test_short_sft_lowers_loss_and_learns_a_trivial_task(tiny_tokenizer, tmp_path):
+    from stabledrl_trl.evaluation import evaluate_model
+
+    # Trivial task: answer the letter of the prompt twice.
+    rows = [{"prompt": [{"role": "user", "content": c}], "answer": c * 2} for c in "abcdefgh"]
+    model = build_tiny_model(tiny_tokenizer, seed=0)
+    settings = dict(gen_length=4, block_length=4, steps=4, temperature=0.0, batch_size=8, progress=False)
+    before = evaluate_model(model, tiny_tokenizer, rows, _exact_match, **settings)["accuracy"]
+    loss_before = _fixed_mask_loss(model, tiny_tokenizer, rows, 4)
+    args = MaskedDiffusionSFTConfig(
+        output_dir=str(tmp_path / "out"),
+        completion_length=4,
+        max_steps=60,
+        learning_rate=3e-3,
+        lr_scheduler_type="constant",
+        per_device_train_batch_size=16,
+        seed=0,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    metrics = run_sft(model, tiny_tokenizer, _dataset(rows * 8), args)
+    assert metrics["train_loss"] > 0
+    loss_after = _fixed_mask_loss(model, tiny_tokenizer, rows, 4)
+    after = evaluate_model(model, tiny_tokenizer, rows, _exact_match, **settings)["accuracy"]
+    assert loss_after < 0.5 * loss_before
+    assert before == 0.0 and after >= 0.75
+    # saved model and tokenizer load back and give the same answers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+    assert evaluate_model(reloaded, tokenizer, rows, _exact_match, **settings)["accuracy"] == after
+
+
+def test_prepare_sft_model_caches(tmp_path, monkeypatch):
+    import stabledrl_trl.sft as sft
+
+    small = {"d_model": 32, "n_layers": 1, "mlp_hidden_size": 64}
+    kwargs = dict(num_samples=16, max_steps=2, batch_size=4, model_overrides=small, progress=False)
+    path = prepare_sft_model(str(tmp_path), "digit_sort", 0, **kwargs)
+    weights = os.path.join(path, "model.safetensors")
+    assert os.path.isfile(weights) and os.path.isfile(os.path.join(path, "tokenizer_config.json"))
+    stamp = os.stat(weights).st_mtime_ns
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cached checkpoint must be reused")
+
+    monkeypatch.setattr(sft, "run_sft", no_training)
+    assert prepare_sft_model(str(tmp_path), "digit_sort", 0, **kwargs) == path
+    assert os.stat(weights).st_mtime_ns == stamp
+    # other settings -> another checkpoint (training runs, so it hits the patched run_sft)
+    with pytest.raises(AssertionError, match="cached"):
+        prepare_sft_model(str(tmp_path), "digit_sort", 1, **kwargs)
+    # the failed run leaves nothing half-written behind
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(path)]
