@@ -180,7 +180,9 @@ class StableDRLTrainer(GRPOTrainer):
         padded = pad(tensors, padding_value=self._tokenizer.pad_token_id, padding_side="left").to(device)  # (B, P)
         mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, padding_side="left").to(device)  # (B, P)
         mode = 0 if self.model.training else 1
-        generator = self._generator(_STREAM_SAMPLER, mode, self.state.global_step, self._step)
+        # (optimiser step, micro-step within it): restored exactly on resume, unlike TRL's micro-step counter
+        micro = self._step % self.args.gradient_accumulation_steps
+        generator = self._generator(_STREAM_SAMPLER, mode, self.state.global_step, micro)
         with (
             unwrap_model_for_generation(
                 self.model_wrapped,

@@ -248,9 +248,12 @@ class LLaDAModelLM(LlamaForCausalLM):
 
     The class name is the one LLaDA's hub checkpoints list under `architectures`. It is registered for AutoModel
     (what LLaDA's own instructions load), AutoModelForCausalLM and AutoModelForMaskedLM. `labels` gives the
-    masked-LM loss (cross-entropy at positions whose label is not -100, no shift). `save_pretrained` writes LLaDA's
-    checkpoint layout: LLaDA weight names (transformers reverses the loading renames) and a config.json with LLaDA's
-    keys, so the folder loads back here or, with LLaDA's modeling files added, in LLaDA's own code.
+    masked-LM loss (cross-entropy at positions whose label is not -100, no shift).
+
+    `save_pretrained` writes safetensors weights under this module's own (Llama) names and a config.json with
+    model_type "llada" and LLaDA's keys: the names the Trainer's checkpoint resume loads by `load_state_dict`, and
+    the folder loads back with `from_pretrained`. `save_pretrained(..., save_original_format=True)` writes LLaDA's
+    original weight names instead (for LLaDA's own modeling code).
     """
 
     config_class = LLaDAConfig
@@ -264,6 +267,11 @@ class LLaDAModelLM(LlamaForCausalLM):
         self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
         self.loss_type = "ForMaskedLM"  # labels[i] is predicted at position i: no causal shift
+
+    def save_pretrained(self, save_directory, *args, save_original_format: bool = False, **kwargs):
+        # Module names by default: transformers' Trainer resumes by load_state_dict(strict=False), which silently
+        # skips renamed keys, so a checkpoint in LLaDA's names would resume from the initial weights.
+        return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
 
     def generate(self, *args, **kwargs):
         raise NotImplementedError(

@@ -337,21 +337,40 @@ def test_save_pretrained_round_trip(llada_fixture_dir, reference, tmp_path):
     assert saved["model_type"] == "llada" and "auto_map" not in saved
     assert (saved["d_model"], saved["n_heads"], saved["n_layers"], saved["embedding_size"]) == (64, 4, 2, 320)
     assert saved["rope_theta"] == 500000.0 and "hidden_size" not in saved
-    # Weights are written under LLaDA's names, exactly the fixture's tensors.
-    original = load_file(str(llada_fixture_dir / "model.safetensors"))
+    # Weights are written under the module's own (Llama) names, exactly the fixture's tensors renamed.
     written = load_file(str(tmp_path / "model.safetensors"))
-    assert sorted(written) == sorted(original)
-    assert all(torch.equal(written[k], original[k]) for k in original)
+    assert sorted(written) == sorted(name for name, _ in model.named_parameters())
+    original = load_file(str(llada_fixture_dir / "model.safetensors"))
+    assert torch.equal(
+        written["model.layers.1.mlp.gate_proj.weight"], original["model.transformer.blocks.1.ff_proj.weight"]
+    )
+    assert torch.equal(written["lm_head.weight"], original["model.transformer.ff_out.weight"])
     reloaded = load(tmp_path)
     with torch.no_grad():
         assert torch.equal(reloaded(reference["input_ids"]).logits, model(reference["input_ids"]).logits)
 
 
-def test_llama_named_save_loads_back(llada_fixture_dir, reference, tmp_path):
-    # save_original_format=False writes Llama module names; the LLaDA renames leave them untouched on loading.
+def test_checkpoint_state_dict_loads_by_module_names(llada_fixture_dir, tmp_path):
+    # transformers' Trainer resumes with model.load_state_dict(file, strict=False): every key must match.
     model = load(llada_fixture_dir)
-    model.save_pretrained(tmp_path, save_original_format=False)
-    assert "model.layers.0.mlp.gate_proj.weight" in load_file(str(tmp_path / "model.safetensors"))
+    model.save_pretrained(tmp_path)
+    fresh = load(llada_fixture_dir)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    result = fresh.load_state_dict(load_file(str(tmp_path / "model.safetensors")), strict=False)
+    assert not result.missing_keys and not result.unexpected_keys
+    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True))
+
+
+def test_original_format_save_writes_llada_names(llada_fixture_dir, reference, tmp_path):
+    # save_original_format=True writes LLaDA's own names (for LLaDA's modeling code); it loads back here too.
+    model = load(llada_fixture_dir)
+    model.save_pretrained(tmp_path, save_original_format=True)
+    original = load_file(str(llada_fixture_dir / "model.safetensors"))
+    written = load_file(str(tmp_path / "model.safetensors"))
+    assert sorted(written) == sorted(original)
+    assert all(torch.equal(written[k], original[k]) for k in original)
     reloaded = load(tmp_path)
     with torch.no_grad():
         assert torch.equal(reloaded(reference["input_ids"]).logits, model(reference["input_ids"]).logits)
