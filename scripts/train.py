@@ -66,6 +66,25 @@ def make_parser(subparsers=None):
     return TrlParser(dataclass_types)
 
 
+def build_model_init_kwargs(training_args, model_args) -> dict:
+    """from_pretrained kwargs: dtype, revision, attention; safetensors only and no remote code unless asked for."""
+    import torch
+
+    dtype = model_args.dtype
+    if dtype not in (None, "auto"):
+        dtype = getattr(torch, dtype)
+    kwargs = {
+        **(training_args.model_init_kwargs or {}),
+        "dtype": dtype,
+        "trust_remote_code": training_args.trust_remote_code,
+        "revision": model_args.model_revision,
+    }
+    kwargs.setdefault("use_safetensors", True)  # never unpickle weights
+    if model_args.attn_implementation is not None:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
 def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
     from stabledrl_trl.evaluation import evaluate_model
 
@@ -90,8 +109,7 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
 
 
 def main(script_args=None, training_args=None, model_args=None, argv=None):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from trl import get_peft_config
 
     from stabledrl_trl import StableDRLTrainer
@@ -116,17 +134,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
     if model_path is None:
         raise ValueError("model_name_or_path is not set: give a hub id or a local checkpoint (or tiny_model: true).")
 
-    dtype = model_args.dtype
-    if dtype not in (None, "auto"):
-        dtype = getattr(torch, dtype)
-    training_args.model_init_kwargs = {
-        **(training_args.model_init_kwargs or {}),
-        "dtype": dtype,
-        "trust_remote_code": training_args.trust_remote_code,
-        "revision": model_args.model_revision,
-    }
-    if model_args.attn_implementation is not None:
-        training_args.model_init_kwargs["attn_implementation"] = model_args.attn_implementation
+    training_args.model_init_kwargs = build_model_init_kwargs(training_args, model_args)
     tokenizer = AutoTokenizer.from_pretrained(
         model_path, padding_side="left", trust_remote_code=training_args.trust_remote_code
     )
@@ -158,11 +166,15 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
 
     results = {}
     if script_args.evaluate_before_after:
-        results["before"] = _evaluate(trainer.model, tokenizer, test_dataset, task, training_args, script_args, "before RL")
+        results["before"] = _evaluate(
+            trainer.model, tokenizer, test_dataset, task, training_args, script_args, "before RL"
+        )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if script_args.evaluate_before_after:
-        results["after"] = _evaluate(trainer.model, tokenizer, test_dataset, task, training_args, script_args, "after RL")
+        results["after"] = _evaluate(
+            trainer.model, tokenizer, test_dataset, task, training_args, script_args, "after RL"
+        )
         if trainer.accelerator.is_main_process:
             summary = {k: {"accuracy": v["accuracy"], "n": v["n"]} for k, v in results.items()}
             with open(os.path.join(training_args.output_dir, "accuracy_before_after.json"), "w") as f:

@@ -338,3 +338,44 @@ def test_reward_function_that_raises_names_function_and_sample(tmp_path):
     message = str(info.value)
     assert "fragile_reward" in message and "ZeroDivisionError" in message and "sample 2" in message
     assert "+" in message  # the sample's prompt is shown
+
+
+@pytest.mark.parametrize("where", ["current", "old"])
+def test_nonfinite_likelihood_estimate_is_dropped_and_training_continues(tmp_path, monkeypatch, where):
+    import stabledrl_trl.stabledrl_trainer as mod
+
+    real = mod.estimate_likelihood
+
+    def planted(*args, **kwargs):
+        est = real(*args, **kwargs)
+        # plant NaN in row 0 of the gradient-carrying (current) or the no-grad (old) estimate
+        if torch.is_grad_enabled() == (where == "current"):
+            token = est.token_logps.clone()
+            token[0] = float("nan")
+            est.token_logps = token
+        return est
+
+    monkeypatch.setattr(mod, "estimate_likelihood", planted)
+    tok = build_tiny_tokenizer()
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, max_steps=2),
+        train_dataset=make_dataset(),
+        processing_class=tok,
+    )
+    before = params_copy(trainer.model)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2
+    for h in logs:
+        assert h["stabledrl/skipped"] >= 1.0
+        assert torch.isfinite(torch.tensor(h["loss"]))
+    for n, p in trainer.model.named_parameters():
+        assert torch.isfinite(p).all(), n
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_safe_defaults(tmp_path):
+    args = make_args(tmp_path)
+    assert args.trust_remote_code is False
