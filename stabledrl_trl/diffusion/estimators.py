@@ -149,10 +149,8 @@ def _chunk_logps(logits_fn: LogitsFn, input_ids: Tensor, attention_mask: Tensor,
     log_z = torch.logsumexp(logits, dim=-1)  # (n, C)
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - log_z  # (n, C)
     with torch.no_grad():
-        log_probs = logits - log_z[..., None]  # (n, C, V)
-        probs = log_probs.exp()
-        # p log p with p = 0 (e.g. -inf logits) counts as 0, not nan
-        entropy = -torch.where(probs > 0, probs * log_probs, torch.zeros_like(probs)).sum(-1)  # (n, C)
+        # entr(p) = -p log p, 0 at p = 0 (e.g. -inf logits); one (n, C, V) temporary besides the probabilities
+        entropy = torch.special.entr(torch.softmax(logits, dim=-1)).sum(-1)  # (n, C)
     return logp, entropy
 
 

@@ -330,3 +330,30 @@ def test_bad_arguments_raise_value_error():
         mean_field_masks(0, pm[:1], cm)
     with pytest.raises(ValueError, match="zero columns"):
         mean_field_masks(0, pm, cm[:, :0])
+
+
+def test_tensor_seed_matches_int_seed():
+    idx = torch.arange(100)
+    seeds = torch.tensor([5, -1, 2**40 + 3])
+    grid = counter_uniform(seeds[:, None], 1, idx[None, :])  # (3, 100)
+    for i, s in enumerate([5, -1, 2**40 + 3]):
+        assert torch.equal(grid[i], counter_uniform(s, 1, idx))
+
+
+@pytest.mark.parametrize("name", list(_all_samplers()))
+def test_per_row_seeds_follow_the_row_not_its_index(name):
+    sampler = _all_samplers()[name]
+    prompt_mask, completion_mask = _batch(B=6)
+    seeds = torch.tensor([101, 202, 303, 404, 505, 606])
+    masks = sampler(seeds, prompt_mask, completion_mask)
+    perm = torch.tensor([3, 5, 0, 1, 4, 2])
+    moved = sampler(seeds[perm], prompt_mask[perm], completion_mask[perm])
+    assert torch.equal(moved.prompt, masks.prompt[perm]) and torch.equal(moved.completion, masks.completion[perm])
+    # two rows with the same content and the same seed get the same masks, wherever they sit
+    pm, cm = prompt_mask[[0, 0, 0]], completion_mask[[0, 0, 0]]
+    same = sampler(torch.tensor([7, 7, 8]), pm, cm)  # row 2: another seed
+    assert torch.equal(same.completion[0], same.completion[1]) and torch.equal(same.prompt[0], same.prompt[1])
+    with pytest.raises(ValueError, match="one seed per row"):
+        sampler(seeds[:5], prompt_mask, completion_mask)
+    with pytest.raises(ValueError, match="integers"):
+        sampler(seeds.float(), prompt_mask, completion_mask)

@@ -1,0 +1,259 @@
+"""Peak memory and time of one likelihood estimate (forward + backward) against the number of Monte-Carlo samples K.
+
+The estimators run the K masked copies of every row as (B*K, P+C) rows in chunks of `--chunk-size` rows; with
+gradients on and more than one chunk, each chunk runs under activation checkpointing, so only the chunk's small
+outputs are kept and activations are recomputed chunk by chunk in backward. Raising K should then raise time roughly
+linearly and peak memory hardly at all. This script measures that on a small LLaDA-architecture model built locally
+(random weights, no download) and prints, for K = 1, 2, 4, 8 (`--samples`), peak memory and time with ratios vs K=1.
+
+Model: `stabledrl_trl.models.llada.LLaDAModelLM` (the package's bidirectional Llama), built from
+`tiny_llada_config_dict` with the sizes given here. If that import fails, a local stand-in is used instead and the
+table says so: a stack of bidirectional pre-norm transformer blocks of the same sizes (same activation pattern, not
+LLaDA's exact layers).
+
+Memory: on CUDA, `torch.cuda.max_memory_allocated` above what was allocated before the estimate (in process, peak
+statistics reset per K). On CPU there is no allocator statistic, so every K runs in a fresh subprocess that reports
+the growth of its peak resident set size (`resource.getrusage(...).ru_maxrss`) from just before the estimate to just
+after backward; the model and batch are built before the first reading, so the growth is the activations, logits and
+gradients. The subprocess runs with a fixed glibc mmap threshold (MALLOC_MMAP_THRESHOLD_=65536) so that freed large
+tensors go back to the system and the RSS peak follows the live tensors; it stays coarse (page granularity).
+`--chunk-size 0` runs all B*K rows in one pass (no checkpointing) for comparison: there memory grows with K.
+
+Usage: python scripts/bench_memory.py [--device cpu|cuda] [--estimator block_random] [--chunk-size 4] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+try:
+    import stabledrl_trl  # noqa: F401
+except ImportError:  # run from a checkout without installing: the package sits next to scripts/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:i]")
+    p.add_argument("--estimator", default="block_random", help="likelihood estimator name (see ESTIMATORS)")
+    p.add_argument("--samples", default="1,2,4,8", help="comma-separated values of K (num_samples)")
+    p.add_argument("--batch-size", type=int, default=4, help="completions per estimate (rows B)")
+    p.add_argument("--chunk-size", type=int, default=4, help="rows per forward pass; 0 = all B*K rows at once")
+    p.add_argument("--prompt-length", type=int, default=64)
+    p.add_argument("--completion-length", type=int, default=256)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--n-layers", type=int, default=4)
+    p.add_argument("--n-heads", type=int, default=4)
+    p.add_argument("--vocab-size", type=int, default=1024)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument(
+        "--repeats", type=int, default=2, help="timed repetitions after one warm-up (time = mean; 0 = the warm-up)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # internal: measure one K, print JSON
+    return p
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Model
+
+
+class _StandInBlock(nn.Module):
+    def __init__(self, d: int, n_heads: int, hidden: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.attn_norm, self.ff_norm = nn.RMSNorm(d), nn.RMSNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x, key_mask):
+        N, L, D = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(N, L, 3, self.n_heads, D // self.n_heads).unbind(2)
+        attn_mask = key_mask[:, None, None, :]  # (N, 1, 1, L): bidirectional, padded keys hidden
+        y = nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=attn_mask
+        )
+        x = x + self.out(y.transpose(1, 2).reshape(N, L, D))
+        h = self.ff_norm(x)
+        return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class StandInBidirectionalLM(nn.Module):
+    """Local stand-in used only when the package's LLaDA model cannot be imported (see the module docstring)."""
+
+    def __init__(self, vocab: int, d: int, n_layers: int, n_heads: int, hidden: int, max_len: int):
+        super().__init__()
+        self.emb, self.pos = nn.Embedding(vocab, d), nn.Embedding(max_len, d)
+        self.blocks = nn.ModuleList(_StandInBlock(d, n_heads, hidden) for _ in range(n_layers))
+        self.norm, self.head = nn.RMSNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, input_ids, attention_mask):
+        pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (N, L) positions count real tokens
+        x = self.emb(input_ids) + self.pos(pos)
+        for block in self.blocks:
+            x = block(x, attention_mask.bool())
+        return self.head(self.norm(x))  # (N, L, V)
+
+
+def build_model(args):
+    """(logits_fn, model, description, mask_token_id)."""
+    hidden = 4 * args.d_model
+    max_len = args.prompt_length + args.completion_length
+    try:
+        from stabledrl_trl.models.llada import LLaDAConfig, LLaDAModelLM
+        from stabledrl_trl.tiny import tiny_llada_config_dict
+
+        config = LLaDAConfig(
+            **tiny_llada_config_dict(
+                vocab_size=args.vocab_size,
+                d_model=args.d_model,
+                n_layers=args.n_layers,
+                n_heads=args.n_heads,
+                n_kv_heads=args.n_heads,
+                mlp_hidden_size=hidden,
+                max_sequence_length=max_len,
+            )
+        )
+        model = LLaDAModelLM(config)
+
+        def logits_fn(ids, attn):
+            return model(input_ids=ids, attention_mask=attn).logits
+
+        name, mask_id = "LLaDAModelLM (stabledrl_trl.models.llada)", config.mask_token_id
+    except ImportError as err:
+        model = StandInBidirectionalLM(args.vocab_size, args.d_model, args.n_layers, args.n_heads, hidden, max_len)
+        logits_fn, mask_id = model, 1
+        name = f"local stand-in bidirectional LM (LLaDA model not importable: {err})"
+    model = model.to(device=args.device, dtype=getattr(torch, args.dtype)).train()
+    return logits_fn, model, name, mask_id
+
+
+def make_batch(args, device):
+    """Full-length prompts and completions with random tokens (ids >= 2: 0 pad/EOS and 1 mask stay out)."""
+    g = torch.Generator().manual_seed(args.seed)
+    B, P, C = args.batch_size, args.prompt_length, args.completion_length
+    prompt = torch.randint(2, args.vocab_size, (B, P), generator=g).to(device)
+    completion = torch.randint(2, args.vocab_size, (B, C), generator=g).to(device)
+    return prompt, torch.ones_like(prompt), completion, torch.ones_like(completion)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Measurement
+
+
+def _step(args, logits_fn, model, batch, mask_id, k, seed):
+    from stabledrl_trl.diffusion.estimators import estimate_likelihood
+
+    est = estimate_likelihood(
+        args.estimator,
+        logits_fn,
+        *batch,
+        mask_token_id=mask_id,
+        seed=seed,
+        num_samples=k,
+        chunk_size=args.chunk_size or None,
+    )
+    est.seq_logps.sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
+def _sync(device):
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def measure(args, k: int) -> dict:
+    """Peak memory growth (bytes) and mean time (s) of one estimate + backward at K = k, in this process."""
+    torch.manual_seed(args.seed)
+    logits_fn, model, name, mask_id = build_model(args)
+    batch = make_batch(args, args.device)
+    cuda = str(args.device).startswith("cuda")
+    if cuda:
+        _sync(args.device)
+        torch.cuda.reset_peak_memory_stats(args.device)
+        base = torch.cuda.memory_allocated(args.device)
+    else:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    _step(args, logits_fn, model, batch, mask_id, k, seed=0)  # warm-up; its peak is the one reported on CPU
+    _sync(args.device)
+    warm_up = time.perf_counter() - start
+    if cuda:
+        peak = torch.cuda.max_memory_allocated(args.device) - base
+    else:
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
+        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * scale
+    times = []
+    for r in range(args.repeats):
+        start = time.perf_counter()
+        _step(args, logits_fn, model, batch, mask_id, k, seed=r + 1)
+        _sync(args.device)
+        times.append(time.perf_counter() - start)
+    seconds = sum(times) / len(times) if times else warm_up  # --repeats 0: the warm-up's time
+    return {"k": k, "peak_bytes": int(peak), "seconds": seconds, "model": name}
+
+
+def _measure_in_subprocess(argv: list[str], k: int) -> dict:
+    cmd = [sys.executable, __file__, *argv, "--worker", str(k)]
+    # A fixed mmap threshold stops glibc from raising it after frees (its default), so large tensors are always
+    # mmapped and given back on free: the peak RSS then follows the live tensors instead of heap fragmentation.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_", "65536")}
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def format_table(rows: list[dict]) -> str:
+    base = rows[0]
+    lines = [
+        f"{'K':>3} {'peak MiB':>10} {'x K=1':>7} {'time s':>9} {'x K=1':>7}",
+        f"{'-' * 3} {'-' * 10} {'-' * 7} {'-' * 9} {'-' * 7}",
+    ]
+    for r in rows:
+        mem_ratio = r["peak_bytes"] / base["peak_bytes"] if base["peak_bytes"] > 0 else float("nan")
+        lines.append(
+            f"{r['k']:>3} {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio:>7.2f} {r['seconds']:>9.3f} "
+            f"{r['seconds'] / base['seconds']:>7.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = make_parser().parse_args(argv)
+    if args.worker is not None:
+        print(json.dumps(measure(args, args.worker)))
+        return []
+    ks = [int(k) for k in args.samples.split(",") if k.strip()]
+    if not ks or min(ks) < 1:
+        raise ValueError(f"--samples must list positive ints, got {args.samples!r}; e.g. --samples 1,2,4,8")
+    if args.chunk_size < 0:
+        raise ValueError(f"--chunk-size must be >= 0 (0 = no chunking), got {args.chunk_size}")
+    cuda = str(args.device).startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device} requested but CUDA is not available; use --device cpu")
+    # CPU: a fresh process per K so that each reading of the peak RSS starts clean.
+    rows = [measure(args, k) if cuda else _measure_in_subprocess(argv, k) for k in ks]
+    chunk = args.chunk_size or "all"
+    print(
+        f"estimator={args.estimator} device={args.device} dtype={args.dtype} B={args.batch_size} "
+        f"P={args.prompt_length} C={args.completion_length} chunk_size={chunk} (forward + backward)\n"
+        f"model: {rows[0]['model']}, d_model={args.d_model}, layers={args.n_layers}, vocab={args.vocab_size}\n"
+        f"memory: {'CUDA max_memory_allocated growth' if cuda else 'peak RSS growth in a fresh process per K'}"
+    )
+    print(format_table(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
