@@ -247,8 +247,9 @@ class StableDRLTrainer(GRPOTrainer):
                 **({"block_size": args.estimator_block_size} if args.likelihood_estimator == "block_random" else {}),
             )
         self._last_estimate = est
+        num_samples = 1 if args.likelihood_estimator == "mean_field" else args.mc_samples
         self._metrics["train" if self.model.training else "eval"]["stabledrl/estimator_passes"].append(
-            float(estimator_cost(args.likelihood_estimator, args.mc_samples))
+            float(estimator_cost(args.likelihood_estimator, num_samples))
         )
         entropies = est.token_entropy if compute_entropy else None
         return est.token_logps, entropies, None
