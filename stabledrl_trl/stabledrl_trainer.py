@@ -297,7 +297,10 @@ class StableDRLTrainer(GRPOTrainer):
         if shared:
             # d1: iteration j uses seed stream (gen_step, j) for the old, current and reference policies alike.
             if not self._aligned:
-                olds = [score(self.model, (_STREAM_ITER, gen_step, j)) for j in range(self.num_iterations)]
+                # TRL already scored iteration 0's masks when it needed old log-probs; score the other iterations.
+                first = output.get("old_per_token_logps")
+                olds = [first if first is not None else score(self.model, (_STREAM_ITER, gen_step, 0))]
+                olds += [score(self.model, (_STREAM_ITER, gen_step, j)) for j in range(1, self.num_iterations)]
                 output["old_per_token_logps_iters"] = torch.stack(olds, dim=1)  # (B, I, C)
             if self.beta != 0.0 and self.num_iterations > 1:
                 refs = [output["ref_per_token_logps"]]
@@ -311,8 +314,7 @@ class StableDRLTrainer(GRPOTrainer):
         return output
 
     def _ref_logps(self, ids, attn, c, stream):
-        from trl.models.utils import disable_gradient_checkpointing  # noqa: F401  (same context TRL uses)
-
+        """Reference-policy log-probs on `stream`'s masks: the reference model, or the policy with adapters off."""
         self._mask_stream = stream
         with torch.no_grad():
             if self.ref_model is not None:
