@@ -205,7 +205,6 @@ class MaskedDiffusionSFTConfig(TrainingArguments):
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Must stay False: the collator needs the prompt_ids/completion_ids columns."}
     )
-    report_to: str | list[str] = field(default="none", metadata={"help": "Integrations to report to."})
     save_strategy: str = field(default="no", metadata={"help": "Checkpoint strategy during training."})
 
     def __post_init__(self):
@@ -345,8 +344,8 @@ def prepare_sft_model(
     task: str = "digit_sort",
     seed: int = 0,
     *,
-    num_samples: int | None = 2000,
-    max_steps: int = 300,
+    num_samples: int | None = None,
+    max_steps: int = 200,
     learning_rate: float = 1e-3,
     batch_size: int = 32,
     completion_length: int = 8,
@@ -362,6 +361,12 @@ def prepare_sft_model(
     char-level one (`stabledrl_trl.tiny.build_tiny_tokenizer`).
     training_kwargs: further `MaskedDiffusionSFTConfig` fields (e.g. warmup_steps, weight_decay); they are part of
     the cache key.
+
+    Defaults (digit_sort, all 8,661 train rows, 200 steps of 32, lr 1e-3 decaying linearly, d_model 128, 4 layers):
+    about 25-30 s on one CPU core. Measured held-out accuracy (256 test rows, gen_length 8, one block, 8 steps) for
+    seeds 0 / 1 / 2: 0.34 / 0.61 / 0.70 greedy and 0.20 / 0.32 / 0.40 at temperature 0.9, i.e. partly right and
+    noisy when sampled, leaving room for RL. Accuracy rises steeply with more steps (250 steps: 0.35-0.63 at
+    temperature 0.9; 400 steps: 0.86).
     """
     from .tasks import load_task_dataset
     from .tiny import build_tiny_tokenizer

@@ -209,3 +209,33 @@ def test_prepare_sft_model_caches(tmp_path, monkeypatch):
         prepare_sft_model(str(tmp_path), "digit_sort", 1, **kwargs)
     # the failed run leaves nothing half-written behind
     assert sorted(os.listdir(tmp_path)) == [os.path.basename(path)]
+
+
+def _load_sft_script():
+    import importlib.util
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("script_sft", os.path.join(root, "scripts", "sft.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sft_script_trains_saves_and_evaluates(tmp_path):
+    script = _load_sft_script()
+    config = tmp_path / "sft.yaml"
+    config.write_text(
+        f"output_dir: {tmp_path / 'out'}\nmax_steps: 2\nper_device_train_batch_size: 4\nnum_train_samples: 8\n"
+        "tiny_d_model: 32\ntiny_n_layers: 1\ntiny_mlp_hidden_size: 64\nuse_cpu: true\n"
+    )
+    results = script.main(argv=["--config", str(config), "--eval_num_samples", "3", "--disable_tqdm", "true"])
+    assert results["train"]["train_loss"] > 0
+    assert results["eval"]["n"] == 3
+    for name in ("model.safetensors", "config.json", "tokenizer_config.json", "sft_eval.json"):
+        assert os.path.isfile(tmp_path / "out" / name)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("max_stepz: 2\n")
+    with pytest.raises(ValueError, match="max_stepz"):
+        script.make_parser().parse_args_and_config(["--config", str(bad)])
