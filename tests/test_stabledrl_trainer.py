@@ -379,3 +379,27 @@ def test_nonfinite_likelihood_estimate_is_dropped_and_training_continues(tmp_pat
 def test_safe_defaults(tmp_path):
     args = make_args(tmp_path)
     assert args.trust_remote_code is False
+
+
+def test_model_given_as_a_path_loads_through_trl(tmp_path, llada_fixture_dir):
+    """TRL's create_model_from_path on a LLaDA checkpoint whose config carries a remote-code auto_map."""
+    tok = build_tiny_tokenizer()
+    path = tmp_path / "tiny-llada"
+    make_llada().save_pretrained(path)
+    args = make_args(tmp_path, max_steps=1)
+    args.model_init_kwargs = {"use_safetensors": True}
+    trainer = StableDRLTrainer(
+        model=str(path), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+    )
+    assert type(trainer.model).__name__ == "LLaDAModelLM" and trainer.is_diffusion
+    trainer.train()
+    # the hub layout (LLaDA names, auto_map to remote code) loads too, without running remote code
+    # (the tiny character tokenizer is not the fixture's: give the fixture's mask id explicitly)
+    fixture = StableDRLTrainer(
+        model=str(llada_fixture_dir),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, mask_token_id=317),
+        train_dataset=make_dataset(),
+        processing_class=tok,
+    )
+    assert type(fixture.model).__name__ == "LLaDAModelLM"

@@ -19,6 +19,8 @@ checkpoint's own code, even though its config.json still carries an `auto_map` p
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from transformers import LlamaConfig
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
@@ -107,6 +109,9 @@ class LLaDAConfig(LlamaConfig):
     eos_token_id: int | list[int] | None = None
     use_cache: bool = False
     mask_token_id: int | None = None
+    # Read, never written: code that looks for remote code (e.g. TRL's create_model_from_path) finds none and falls
+    # back to the Auto classes, which map "llada" to this package's model.
+    auto_map: ClassVar[dict] = {}
 
     def __post_init__(self, **kwargs):
         llada_format = any(key in kwargs for key in ("d_model", "n_heads", "n_layers", "embedding_size"))

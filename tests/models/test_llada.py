@@ -185,7 +185,7 @@ def test_auto_classes_resolve_without_remote_code(llada_fixture_dir):
     )
     assert config.rope_parameters["rope_theta"] == 500000.0 and config.rms_norm_eps == 1e-5
     assert config.d_model == 64 and config.n_heads == 4  # LLaDA's names read the same fields
-    assert not hasattr(config, "auto_map")
+    assert config.auto_map == {} and "auto_map" not in config.to_dict()  # no remote code is referenced
     for auto_class in (transformers.AutoModel, transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
         assert type(auto_class.from_config(config)) is LLaDAModelLM
 
