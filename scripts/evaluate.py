@@ -72,6 +72,13 @@ class EvaluateArguments:
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16, float16 or auto."})
     device: str | None = field(default=None, metadata={"help": "Device; None: cuda when available, else cpu."})
+    num_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "torch intra-op CPU threads; None keeps torch's default. 1 is fastest for tiny models on small or "
+            "busy CPUs (idle threads spin and slow tiny ops down)."
+        },
+    )
     output_file: str | None = field(
         default=None, metadata={"help": "Write the results and per-sample outputs to this JSON file."}
     )
@@ -152,6 +159,12 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
     if args is None:
         (args,) = make_parser().parse_args_and_config(argv)
     task = get_task(args.task)
+    if args.num_threads is not None:
+        import torch
+
+        if args.num_threads < 1:
+            raise ValueError(f"num_threads must be a positive integer or None, got {args.num_threads}.")
+        torch.set_num_threads(args.num_threads)
     settings = sampler_settings(args)
     model, tokenizer, is_adapter = load_model(args)
     dataset = load_task_dataset(

@@ -51,6 +51,13 @@ class SFTScriptArguments:
     tiny_n_layers: int = field(default=4, metadata={"help": "Tiny model: number of layers."})
     tiny_n_heads: int = field(default=4, metadata={"help": "Tiny model: attention heads."})
     tiny_mlp_hidden_size: int = field(default=256, metadata={"help": "Tiny model: MLP hidden size."})
+    num_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "torch intra-op CPU threads; None keeps torch's default. 1 is fastest for tiny models on small or "
+            "busy CPUs (idle threads spin and slow tiny ops down)."
+        },
+    )
     eval_num_samples: int = field(
         default=0, metadata={"help": "Test rows to evaluate after training (0: no evaluation)."}
     )
@@ -86,6 +93,12 @@ def main(script_args=None, training_args=None, argv=None) -> dict:
     if script_args is None:
         script_args, training_args = make_parser().parse_args_and_config(argv)
     task = get_task(script_args.task)
+    if script_args.num_threads is not None:
+        import torch
+
+        if script_args.num_threads < 1:
+            raise ValueError(f"num_threads must be a positive integer or None, got {script_args.num_threads}.")
+        torch.set_num_threads(script_args.num_threads)
 
     if script_args.model_name_or_path is None:
         tokenizer = build_tiny_tokenizer()

@@ -15,6 +15,15 @@ EOS, MASK, EOT = 0, 1, 2
 GEN = 8
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and spinning threads slow down badly on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class FixedAnswerModel(torch.nn.Module):
     """Predicts the token sequence `answer_ids` on the last GEN positions, whatever the prompt (logit +50)."""
 

@@ -154,7 +154,16 @@ def _exact_match(prompts, completions, answer, **kwargs):
     return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
 
 
-def test_short_sft_lowers_loss_and_learns_a_trivial_task(tiny_tokenizer, tmp_path):
+@pytest.fixture
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and spinning threads slow down badly on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_short_sft_lowers_loss_and_learns_a_trivial_task(tiny_tokenizer, tmp_path, one_thread):
     from stabledrl_trl.evaluation import evaluate_model
 
     # Trivial task: answer the letter of the prompt twice.

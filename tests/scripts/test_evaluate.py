@@ -15,6 +15,15 @@ RECORD_KEYS = {"prompt", "completion", "answer", "reward"}
 OUTPUT_KEYS = {"model", "adapter", "task", "split", "accuracy", "n", "num_rows", "sampler", "seed", "records"}
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and spinning threads slow down badly on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def load_script(name):
     spec = importlib.util.spec_from_file_location(f"script_{name}", os.path.join(ROOT, "scripts", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
@@ -172,3 +181,5 @@ def test_missing_model_and_bad_dtype(evaluate_script):
     (args,) = evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", "m", "--dtype", "float9"])
     with pytest.raises(ValueError, match="float9"):
         evaluate_script.load_model(args)
+    with pytest.raises(ValueError, match="num_threads"):
+        evaluate_script.main(argv=["--model_name_or_path", "m", "--num_threads", "0"])
