@@ -43,13 +43,17 @@ class TrainScriptArguments:
         metadata={"help": "Build the tiny local LLaDA model and tokenizer and warm them up by SFT (cached)."},
     )
     sft_cache_dir: str = field(default=".cache/stabledrl_tiny", metadata={"help": "Cache of the SFT warm-up."})
-    sft_max_steps: int = field(default=1500, metadata={"help": "SFT warm-up steps (tiny_model only)."})
+    sft_max_steps: int = field(default=200, metadata={"help": "SFT warm-up steps (tiny_model only)."})
     sft_learning_rate: float = field(default=1e-3, metadata={"help": "SFT warm-up learning rate (tiny_model only)."})
-    sft_num_samples: int = field(default=2000, metadata={"help": "SFT warm-up examples (tiny_model only)."})
+    sft_num_samples: int | None = field(default=5000, metadata={"help": "SFT warm-up examples (tiny_model only)."})
     evaluate_before_after: bool = field(
         default=False, metadata={"help": "Print held-out accuracy before and after RL (same sampler settings)."}
     )
     eval_batch_size: int = field(default=64, metadata={"help": "Batch size of the before/after evaluation."})
+    num_threads: int | None = field(
+        default=None,
+        metadata={"help": "torch CPU threads (1 is fastest for the tiny default on a small CPU); None keeps torch's."},
+    )
     eval_temperature: float | None = field(
         default=None, metadata={"help": "Sampling temperature of the evaluation; None uses the training one."}
     )
@@ -109,6 +113,7 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
 
 
 def main(script_args=None, training_args=None, model_args=None, argv=None):
+    import torch
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
@@ -118,6 +123,8 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
     if script_args is None:
         script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
     task = get_task(script_args.task)
+    if script_args.num_threads is not None:
+        torch.set_num_threads(script_args.num_threads)
 
     model_path = model_args.model_name_or_path
     if script_args.tiny_model:
@@ -130,6 +137,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             max_steps=script_args.sft_max_steps,
             learning_rate=script_args.sft_learning_rate,
             num_samples=script_args.sft_num_samples,
+            completion_length=training_args.max_completion_length,  # SFT canvas = RL generation length
         )
     if model_path is None:
         raise ValueError("model_name_or_path is not set: give a hub id or a local checkpoint (or tiny_model: true).")
@@ -171,6 +179,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
         )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json with the log history, for scripts/plot.py
     if script_args.evaluate_before_after:
         results["after"] = _evaluate(
             trainer.model, tokenizer, test_dataset, task, training_args, script_args, "after RL"

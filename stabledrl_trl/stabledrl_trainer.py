@@ -230,22 +230,33 @@ class StableDRLTrainer(GRPOTrainer):
         prompt_mask, completion_mask = attention_mask[:, :-logits_to_keep], attention_mask[:, -logits_to_keep:]
         seeds = row_seeds(prompt_ids, prompt_mask, completion_ids, completion_mask, self.args.seed, *self._mask_stream)
         args = self.args
+        # The sampler decodes a fixed canvas of max_completion_length positions and the model sees the EOS tail
+        # after the first EOS while it generates. Rebuild that canvas: the tail is visible, unmasked, unscored context.
+        c = completion_ids.size(1)
+        canvas = max(c, args.max_completion_length)
+        eos = self._tokenizer.eos_token_id
+        canvas_ids = completion_ids.new_full((completion_ids.size(0), canvas), eos)  # (B, G)
+        canvas_ids[:, :c] = torch.where(completion_mask.bool(), completion_ids, eos)
+        scored = completion_mask.new_zeros(canvas_ids.shape)  # (B, G)
+        scored[:, :c] = completion_mask
         with self.accelerator.autocast():
             est = estimate_likelihood(
                 args.likelihood_estimator,
                 self._adapter(model),
                 prompt_ids,
                 prompt_mask,
-                completion_ids,
-                completion_mask,
+                canvas_ids,
+                scored,
                 mask_token_id=self._mask_token_id,
                 seed=seeds,
+                context_mask=torch.ones_like(scored),
                 num_samples=1 if args.likelihood_estimator == "mean_field" else args.mc_samples,
                 p_mask_prompt=args.p_mask_prompt,
                 chunk_size=args.estimator_chunk_size,
                 eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
                 **({"block_size": args.estimator_block_size} if args.likelihood_estimator == "block_random" else {}),
             )
+        est.token_logps, est.token_entropy = est.token_logps[:, :c], est.token_entropy[:, :c]  # (B, C)
         self._last_estimate = est
         num_samples = 1 if args.likelihood_estimator == "mean_field" else args.mc_samples
         self._metrics["train" if self.model.training else "eval"]["stabledrl/estimator_passes"].append(

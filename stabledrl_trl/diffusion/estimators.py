@@ -124,7 +124,10 @@ def _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask
 
 
 def _masked_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, masks: Masks, mask_token_id: int):
-    """(B*K, P+C) input ids with masked tokens replaced by the mask id, and the matching attention mask."""
+    """(B*K, P+C) input ids with masked tokens replaced by the mask id, and the matching attention mask.
+
+    completion_mask here is what the model attends in the completion: the scored tokens, or the wider context mask.
+    """
     B, K, _ = masks.completion.shape
     prompt = prompt_ids[:, None, :].expand(B, K, -1)  # (B, K, P)
     completion = completion_ids[:, None, :].expand(B, K, -1)  # (B, K, C)
@@ -205,14 +208,18 @@ def _estimate(
     chunk_size: int | None,
     eubo_beta: float | None,
     entropy_weights: Tensor | None = None,
+    context_mask: Tensor | None = None,
 ) -> LikelihoodEstimate:
-    """Forward the masked rows, then combine per-sample log p with the (B, K, C) weights."""
+    """Forward the masked rows, then combine per-sample log p with the (B, K, C) weights.
+
+    context_mask (B, C), optional: completion positions the model attends beyond the scored ones (e.g. the EOS tail
+    of a fixed-length diffusion canvas). They are visible context, never masked and never scored.
+    """
     B, K, C = masks.completion.shape
     P = prompt_ids.shape[1]
     real = completion_mask.bool()  # (B, C)
-    input_ids, attention = _masked_inputs(
-        prompt_ids, prompt_mask, completion_ids, completion_mask, masks, mask_token_id
-    )
+    attended = completion_mask if context_mask is None else (context_mask.bool() | real).to(completion_mask.dtype)
+    input_ids, attention = _masked_inputs(prompt_ids, prompt_mask, completion_ids, attended, masks, mask_token_id)
     # padding may hold any id; gather a valid one there (its weight is 0)
     targets = torch.where(real, completion_ids, torch.zeros_like(completion_ids))  # (B, C)
     targets = targets[:, None, :].expand(B, K, C).reshape(B * K, C)
@@ -258,6 +265,7 @@ def mean_field(
     p_mask_prompt: float = 0.15,
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
 ) -> LikelihoodEstimate:
     """d1's one-step mean-field proxy: every completion token masked, prompt tokens w.p. p_mask_prompt.
 
@@ -274,7 +282,7 @@ def mean_field(
     weights = masks.completion / num_samples  # (B, K, C)
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
     )  # fmt: skip
 
 
@@ -291,6 +299,7 @@ def mc_elbo(
     p_mask_prompt: float = 0.0,
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
     t_sampling: str = "uniform",
     eps: float = 1e-3,
 ) -> LikelihoodEstimate:
@@ -308,7 +317,7 @@ def mc_elbo(
     weights = _per_token_mean_weights(masks.completion, completion_mask.bool())
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
     )  # fmt: skip
 
 
@@ -325,6 +334,7 @@ def mc_elbo_inv_t(
     p_mask_prompt: float = 0.0,
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
     t_sampling: str = "uniform",
     eps: float = 1e-3,
 ) -> LikelihoodEstimate:
@@ -348,7 +358,7 @@ def mc_elbo_inv_t(
     weights = masked / (num_samples * masks.mask_prob[..., None])  # (B, K, C)
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
         entropy_weights=_per_token_mean_weights(masks.completion, real),
     )  # fmt: skip
 
@@ -366,6 +376,7 @@ def block_random(
     p_mask_prompt: float = 0.15,
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
     block_size: int = 32,
 ) -> LikelihoodEstimate:
     """SPG's block-random ELBO (the official StableDRL code): masks from `block_random_masks`, per-token-mean form."""
@@ -377,7 +388,7 @@ def block_random(
     weights = _per_token_mean_weights(masks.completion, completion_mask.bool())
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
     )  # fmt: skip
 
 
@@ -394,6 +405,7 @@ def coupled(
     p_mask_prompt: float = 0.0,
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
 ) -> LikelihoodEstimate:
     """Coupled (complementary) masks, DiffuCoder / ESPO: each pair scores every real token exactly once.
 
@@ -412,7 +424,7 @@ def coupled(
     weights = masked / masked.sum(dim=1, keepdim=True).clamp(min=1)  # (B, K, C): mean over passes masking the token
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
     )  # fmt: skip
 
 
@@ -458,12 +470,15 @@ def estimate_likelihood(
     p_mask_prompt: float | None = None,
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
     **estimator_kwargs,
 ) -> LikelihoodEstimate:
     """Estimate length-normalised log-likelihoods of completions with the estimator `name` (see ESTIMATORS).
 
     prompt_ids (B, P) left-padded with prompt_mask; completion_ids (B, C) right-padded with completion_mask (1 up to and
-    including the first EOS). num_samples / p_mask_prompt None take the estimator's defaults (mean_field: 1 / 0.15;
+    including the first EOS), the tokens masked and scored. context_mask (B, C), optional, adds completion positions
+    the model attends as visible, unmasked, unscored context (a diffusion rollout's EOS tail after the first EOS, which
+    the model saw while generating). num_samples / p_mask_prompt None take the estimator's defaults (mean_field: 1 / 0.15;
     mc_elbo, mc_elbo_inv_t: 2 / 0; block_random: 2 / 0.15; coupled: 2 / 0). Extra keyword arguments go to the estimator
     (mc_elbo*: t_sampling, eps; block_random: block_size).
     """
@@ -485,5 +500,6 @@ def estimate_likelihood(
         kwargs["p_mask_prompt"] = p_mask_prompt
     return fn(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, **kwargs,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta,
+        context_mask=context_mask, **kwargs,
     )  # fmt: skip
