@@ -627,3 +627,52 @@ def test_bad_arguments_raise_value_error(model):
         estimate_likelihood(
             "mean_field", lambda i, a: model(i, a)[:, 1:], pid, pm, cid, cm, mask_token_id=MASK, seed=0
         )
+
+
+def test_context_mask_tokens_are_visible_but_never_masked_or_scored():
+    """A diffusion rollout's EOS tail: attended as context, not masked, not scored."""
+    seen = []
+
+    def recording(ids, am):
+        seen.append((ids.clone(), am.clone()))
+        base = torch.randn(ids.shape[1], 11, generator=torch.Generator().manual_seed(0))  # (L, V)
+        logits = base.expand(ids.shape[0], -1, -1).clone()  # (N, L, V)
+        logits[..., 5] += am.sum(-1, keepdim=True).float()  # depends on how many positions are attended
+        return logits
+
+    prompt = torch.tensor([[3, 4]])
+    pm = torch.ones_like(prompt)
+    completion = torch.tensor([[5, 6, 0, 0]])
+    scored = torch.tensor([[1, 1, 0, 0]])
+    context = torch.ones_like(scored)
+    for name in ("mean_field", "mc_elbo", "block_random", "coupled"):
+        seen.clear()
+        est = estimate_likelihood(
+            name,
+            recording,
+            prompt,
+            pm,
+            completion,
+            scored,
+            mask_token_id=1,
+            seed=3,
+            context_mask=context,
+            **({"block_size": 2} if name == "block_random" else {}),
+        )
+        for ids, am in seen:
+            assert am[:, 2:].eq(1).all()  # the whole canvas is attended
+            assert ids[:, 4:].eq(0).all()  # the tail is never masked
+        assert est.token_logps[0, 2:].eq(0).all()  # nor scored
+        # without the context mask the tail is not attended: the estimate changes (the model sees other inputs)
+        plain = estimate_likelihood(
+            name,
+            recording,
+            prompt,
+            pm,
+            completion,
+            scored,
+            mask_token_id=1,
+            seed=3,
+            **({"block_size": 2} if name == "block_random" else {}),
+        )
+        assert not torch.allclose(plain.seq_logps, est.seq_logps)
