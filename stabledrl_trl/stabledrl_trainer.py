@@ -80,7 +80,8 @@ def _wrap_reward_func(func):
 class StableDRLTrainer(GRPOTrainer):
     """GRPOTrainer with masked-diffusion rollouts, likelihood estimation and the StableDRL / DGPO objectives.
 
-    Same constructor as `trl.GRPOTrainer`; `args` is a `StableDRLConfig` (a `GRPOConfig` is converted).
+    Same constructor as `trl.GRPOTrainer`; `args` is a `StableDRLConfig` (a plain `GRPOConfig` is refused with a
+    message saying to swap the class name).
 
     TRL hooks overridden, and why (tests/test_trainer_hooks.py checks each still exists in TRL with the expected
     signature and runs during a training step):
@@ -140,8 +141,6 @@ class StableDRLTrainer(GRPOTrainer):
             )
             self._mask_token_id = self._dlm.mask_token_id
             self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
-        elif args.loss_type not in OWN_LOSS_TYPES and args.diffusion is False:
-            pass  # plain TRL on an autoregressive model
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
         self._nonfinite_reward_rows = None

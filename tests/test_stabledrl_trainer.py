@@ -403,3 +403,24 @@ def test_model_given_as_a_path_loads_through_trl(tmp_path, llada_fixture_dir):
         processing_class=tok,
     )
     assert type(fixture.model).__name__ == "LLaDAModelLM"
+
+
+def test_plain_grpo_config_is_refused_with_the_fix(tmp_path):
+    from trl import GRPOConfig
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        num_generations=2,
+        per_device_train_batch_size=2,
+    )
+    with pytest.raises(TypeError, match="StableDRLConfig"):
+        StableDRLTrainer(
+            model=make_llada(),
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=build_tiny_tokenizer(),
+        )
