@@ -134,6 +134,11 @@ class StableDRLTrainer(GRPOTrainer):
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
         self._family = family
         self._dlm = None
+        if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
+            raise ValueError(
+                "use_vllm / use_transformers_continuous_batching generate autoregressively and cannot decode a masked "
+                "diffusion model; set both to False (rollouts then use the masked-diffusion sampler)."
+            )
         if self.is_diffusion:
             # Resolve and validate the mask / EOS / pad ids once (clear errors here, not at step 37).
             self._dlm = as_diffusion_lm(
