@@ -424,3 +424,41 @@ def test_plain_grpo_config_is_refused_with_the_fix(tmp_path):
             train_dataset=make_dataset(),
             processing_class=build_tiny_tokenizer(),
         )
+
+
+def test_reward_error_mid_run_leaves_last_checkpoint_intact(tmp_path):
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from stabledrl_trl.stabledrl_trainer import RewardFunctionError
+
+    batches = []
+
+    def failing_on_third_batch(prompts, completions, **kw):
+        if len(completions) > 1:
+            batches.append(1)
+        if len(batches) >= 3:
+            raise RuntimeError("scorer crashed")
+        return digit_reward(prompts, completions)
+
+    args = make_args(tmp_path, max_steps=5, save_strategy="steps", save_steps=1)
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=failing_on_third_batch,
+        args=args,
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    with pytest.raises(RewardFunctionError, match="failing_on_third_batch"):
+        trainer.train()
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-")) == [
+        "checkpoint-1",
+        "checkpoint-2",
+    ]
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    reloaded = AutoModelForCausalLM.from_pretrained(out / "checkpoint-2")
+    for (name, p), q in zip(trainer.model.named_parameters(), reloaded.parameters(), strict=True):
+        assert torch.equal(p.detach(), q.detach()), name  # the failed step changed nothing after checkpoint-2
