@@ -1,13 +1,34 @@
-"""Shared pytest fixtures: the tiny tokenizer, a tiny random LLaDA model and the LLaDA checkpoint fixture."""
+"""Shared pytest fixtures: the tiny tokenizer, a tiny random LLaDA model, the LLaDA checkpoint fixture and a
+loader for the scripts in scripts/."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """`load_script("train")` imports scripts/train.py as a module (once per session): scripts are not a package."""
+    loaded = {}
+
+    def load(name: str):
+        if name not in loaded:
+            spec = importlib.util.spec_from_file_location(f"scripts_{name}", SCRIPTS / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
+            spec.loader.exec_module(module)
+            loaded[name] = module
+        return loaded[name]
+
+    return load
 
 
 @pytest.fixture

@@ -220,20 +220,8 @@ def test_prepare_sft_model_caches(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == [os.path.basename(path)]
 
 
-def _load_sft_script():
-    import importlib.util
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("script_sft", os.path.join(root, "scripts", "sft.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_sft_script_trains_saves_and_evaluates(tmp_path):
-    script = _load_sft_script()
+def test_sft_script_trains_saves_and_evaluates(tmp_path, load_script):
+    script = load_script("sft")
     config = tmp_path / "sft.yaml"
     config.write_text(
         f"output_dir: {tmp_path / 'out'}\nmax_steps: 2\nper_device_train_batch_size: 4\nnum_train_samples: 8\n"

@@ -1,9 +1,7 @@
 """Every YAML file under configs/ goes through the real parser (TrlParser over the script's dataclasses)."""
 
 import glob
-import importlib.util
 import os
-import sys
 
 import pytest
 import yaml
@@ -11,14 +9,6 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN_CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml")))
 ACCELERATE_CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "accelerate", "*.yaml")))
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(f"scripts_{name}", os.path.join(ROOT, "scripts", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"scripts_{name}"] = module  # dataclasses look their module up in sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_there_are_configs():
@@ -34,7 +24,7 @@ def test_there_are_configs():
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=os.path.basename)
-def test_training_config_parses(path):
+def test_training_config_parses(path, load_script):
     train = load_script("train")
     # GPU configs ask for bf16; on this CPU-only machine bf16 is only allowed with use_cpu.
     script_args, training_args, model_args = train.make_parser().parse_args_and_config(
@@ -55,7 +45,7 @@ def test_training_config_parses(path):
         assert got == value or str(got) == str(value), (key, got, value)
 
 
-def test_unknown_yaml_key_is_an_error(tmp_path):
+def test_unknown_yaml_key_is_an_error(tmp_path, load_script):
     train = load_script("train")
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: gsm8k\nlearning_rte: 1.0e-6\n")
@@ -63,7 +53,7 @@ def test_unknown_yaml_key_is_an_error(tmp_path):
         train.make_parser().parse_args_and_config(["--config", str(bad), "--use_cpu", "true"])
 
 
-def test_command_line_overrides_yaml(tmp_path):
+def test_command_line_overrides_yaml(tmp_path, load_script):
     train = load_script("train")
     path = os.path.join(ROOT, "configs", "llada_math_full.yaml")
     _, training_args, _ = train.make_parser().parse_args_and_config(
@@ -72,7 +62,7 @@ def test_command_line_overrides_yaml(tmp_path):
     assert training_args.learning_rate == 5e-7 and training_args.clip_c == 3.0
 
 
-def test_official_recipe_values():
+def test_official_recipe_values(load_script):
     train = load_script("train")
     path = os.path.join(ROOT, "configs", "llada_math_full.yaml")
     _, a, m = train.make_parser().parse_args_and_config(["--config", path, "--use_cpu", "true"])
@@ -107,7 +97,7 @@ def test_accelerate_config_loads(path):
         assert config.deepspeed_config["zero_stage"] == 3
 
 
-def test_safe_model_loading_defaults():
+def test_safe_model_loading_defaults(load_script):
     train = load_script("train")
     _, training_args, model_args = train.make_parser().parse_args_and_config(
         ["--config", os.path.join(ROOT, "configs", "llada_gsm8k_lora.yaml"), "--use_cpu", "true"]

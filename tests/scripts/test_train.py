@@ -1,23 +1,13 @@
 """scripts/train.py end to end on the embedded tiny default, shrunk to seconds (SFT warm-up, RL, before/after)."""
 
-import importlib.util
 import json
 import os
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def load_train():
-    spec = importlib.util.spec_from_file_location("scripts_train", os.path.join(ROOT, "scripts", "train.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["scripts_train"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_tiny_pipeline_runs_and_caches_sft(tmp_path):
-    train = load_train()
+def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script):
+    train = load_script("train")
     argv = [
         "--config", os.path.join(ROOT, "configs", "tiny.yaml"),
         "--sft_cache_dir", str(tmp_path / "cache"), "--sft_max_steps", "5", "--sft_num_samples", "64",
