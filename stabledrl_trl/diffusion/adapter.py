@@ -14,6 +14,9 @@ tokenizer, never from constants.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -139,29 +142,98 @@ class DiffusionAdapter:
         """The config of the unwrapped transformers model."""
         return unwrap_model(self.model).config
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """input_ids (B, L), attention_mask (B, L) of 1 (real) / 0 (padding) or None -> logits (B, L, V) float32.
+    # The sampler and the estimators ask for logits at some positions only (see `__call__`).
+    accepts_logits_to_keep = True
 
-        logits[:, i] is the model's distribution for token i. For Dream, output i-1 predicts token i and is
-        returned at position i (see `realign_shifted_logits`).
+    @property
+    def supports_canvas_cache(self) -> bool:
+        """True for LLaDA: its forward accepts the approximate `CanvasCache` (Fast-dLLM-style prefix / dual cache)."""
+        return self.family == "llada"
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor | None = None,
+        cache=None,
+    ) -> torch.Tensor:
+        """input_ids (B, n), attention_mask (B, L) of 1 (real) / 0 (padding) or None -> logits (B, K, V) float32.
+
+        logits[:, k] is the model's distribution for the token at position index[k] of the input, where index is
+        `logits_to_keep` (a 1-D long tensor of positions, or an int n for the last n positions; None = all, K = n).
+        Only those positions go through the output head when the model supports transformers' `logits_to_keep`
+        (LLaDA, Dream); a masked LM without it computes all logits and the adapter keeps the requested ones.
+        For Dream, output i-1 predicts token i and is returned at position i (see `realign_shifted_logits`).
+        cache: a `CanvasCache` (LLaDA only). While it records, a plain forward (n = L) whose keys are stored; in its
+        windowed phase input_ids are the canvas positions [window_start, window_start + n) and attention_mask
+        still covers the whole canvas (L >= n).
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}.")
+        window_start = None if cache is None else cache.window_start
+        if cache is not None and not self.supports_canvas_cache:
+            raise ValueError(f"family={self.family!r} has no canvas cache path; only LLaDA does (use cache='none').")
+        n = input_ids.shape[1]
         kwargs = {}
         if attention_mask is not None:
-            if attention_mask.shape != input_ids.shape:
+            expected = (input_ids.shape[0], n if window_start is None else attention_mask.shape[1])
+            if tuple(attention_mask.shape) != expected or (window_start is not None and window_start + n > expected[1]):
                 raise ValueError(
                     f"attention_mask shape {tuple(attention_mask.shape)} must equal input_ids shape "
-                    f"{tuple(input_ids.shape)}."
+                    f"{tuple(input_ids.shape)} (or cover the whole canvas with a windowed cache)."
                 )
             # Positions count real tokens only, so left padding does not shift them (exact for absolute positions).
             position_ids = padding_position_ids(attention_mask) + self.position_offset  # (B, L)
+            if window_start is not None:
+                position_ids = position_ids[:, window_start : window_start + n]  # (B, n)
             kwargs = {"attention_mask": attention_mask, "position_ids": position_ids}
-        out = self.model(input_ids=input_ids, **kwargs)
-        logits = out.logits if hasattr(out, "logits") else out[0]  # (B, L, V)
+        if cache is not None:
+            kwargs["cache"] = cache
+        index = None
+        if logits_to_keep is not None:
+            if isinstance(logits_to_keep, int):
+                if not 0 < logits_to_keep <= n:
+                    raise ValueError(f"logits_to_keep={logits_to_keep} must be in [1, {n}] for {n} input positions.")
+                index = torch.arange(n - logits_to_keep, n, device=input_ids.device)
+            else:
+                index = logits_to_keep.to(device=input_ids.device, dtype=torch.long).reshape(-1)  # (K,)
         if self.family == "dream":
-            logits = realign_shifted_logits(logits, attention_mask)
+            logits = self._dream_logits(input_ids, attention_mask, index, kwargs)
+        elif index is not None and self._model_keeps_logits:
+            out = self.model(input_ids=input_ids, logits_to_keep=index, **kwargs)
+            logits = out.logits if hasattr(out, "logits") else out[0]  # (B, K, V)
+        else:
+            out = self.model(input_ids=input_ids, **kwargs)
+            logits = out.logits if hasattr(out, "logits") else out[0]  # (B, n, V)
+            if index is not None:
+                logits = logits.index_select(1, index)  # (B, K, V)
         return logits.float()
+
+    @functools.cached_property
+    def _model_keeps_logits(self) -> bool:
+        """Whether the model's forward takes transformers' `logits_to_keep` (LLaDA, Dream; not BERT-style LMs)."""
+        return "logits_to_keep" in inspect.signature(unwrap_model(self.model).forward).parameters
+
+    def _dream_logits(self, input_ids, attention_mask, index, kwargs):
+        """Dream: output i-1 predicts token i (a row's first real token keeps its own output)."""
+        if index is None or not self._model_keeps_logits:
+            out = self.model(input_ids=input_ids, **kwargs)
+            logits = realign_shifted_logits(out.logits if hasattr(out, "logits") else out[0], attention_mask)
+            return logits if index is None else logits.index_select(1, index)
+        previous = (index - 1).clamp(min=0)  # (K,)
+        union, inverse = torch.unique(torch.cat([previous, index]), return_inverse=True)  # (U,), (2K,)
+        out = self.model(input_ids=input_ids, logits_to_keep=union, **kwargs)
+        kept = out.logits if hasattr(out, "logits") else out[0]  # (B, U, V)
+        k = index.shape[0]
+        shifted = kept.index_select(1, inverse[:k])  # (B, K, V) output at i-1
+        own = kept.index_select(1, inverse[k:])  # (B, K, V) output at i
+        if attention_mask is None:
+            first_real = (index == 0)[None, :].expand(input_ids.shape[0], -1)  # (B, K)
+        else:
+            real = attention_mask.bool()  # (B, L)
+            previous_real = F.pad(real[:, :-1], (1, 0), value=False)  # (B, L)
+            first_real = (real & ~previous_real).index_select(1, index)  # (B, K)
+        return torch.where(first_real[..., None], own, shifted)
 
     def __repr__(self) -> str:
         return (

@@ -141,14 +141,20 @@ def _masked_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mas
 
 def _chunk_logps(logits_fn: LogitsFn, input_ids: Tensor, attention_mask: Tensor, targets: Tensor, prompt_len: int):
     """log p(target) and entropy at the completion positions of one chunk: (n, C) each (entropy detached)."""
-    logits = logits_fn(input_ids, attention_mask)
     n, L = input_ids.shape
-    if logits.dim() != 3 or logits.shape[:2] != (n, L):
+    if getattr(logits_fn, "accepts_logits_to_keep", False):
+        # Only the completion positions go through the output head (a DiffusionAdapter).
+        logits = logits_fn(input_ids, attention_mask, logits_to_keep=L - prompt_len)  # (n, C, V)
+        expected = (n, L - prompt_len)
+    else:
+        logits = logits_fn(input_ids, attention_mask)  # (n, L, V)
+        expected = (n, L)
+    if logits.dim() != 3 or tuple(logits.shape[:2]) != expected:
         raise ValueError(
             f"logits_fn must return logits of shape (N, L, V) = ({n}, {L}, V) aligned with input positions, got "
             f"{tuple(logits.shape)}"
         )
-    logits = logits[:, prompt_len:].float()  # (n, C, V); float32 for a stable softmax whatever the model dtype
+    logits = logits[:, -(L - prompt_len) :].float()  # (n, C, V); float32 for a stable softmax whatever the dtype
     log_z = torch.logsumexp(logits, dim=-1)  # (n, C)
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - log_z  # (n, C)
     with torch.no_grad():

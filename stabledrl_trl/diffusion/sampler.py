@@ -35,9 +35,14 @@ from dataclasses import dataclass
 
 import torch
 
+from stabledrl_trl.models.bidirectional import CanvasCache
+
 LogitsFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 REMASKING_MODES = ("low_confidence", "random")
+
+
+CACHE_MODES = ("none", "prefix", "dual")
 
 
 @dataclass
@@ -46,6 +51,8 @@ class SamplerOutput:
 
     completion_ids: torch.Tensor  # (B, gen_length) long
     completion_mask: torch.Tensor  # (B, gen_length) long: 1 up to and including the first EOS token, 0 after
+    forward_passes: torch.Tensor | None = None  # (B,) long: model forwards that included each row
+    model_calls: int = 0  # calls of logits_fn (each over the rows still decoding)
 
 
 def _is_int(value) -> bool:
@@ -162,6 +169,43 @@ def _normalise_eos_ids(eos_token_ids) -> tuple[int, ...]:
     return ids
 
 
+def validate_fast_args(top_k, top_p, cache, threshold, max_tokens_per_step) -> None:
+    """Raise a ValueError naming the argument, its value and the fix for an invalid candidate filter or fast mode."""
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None (no top-k filter), got {top_k!r}.")
+    if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be a number in (0, 1] or None (no nucleus filter), got {top_p!r}.")
+    if cache not in CACHE_MODES:
+        raise ValueError(f"cache must be one of {CACHE_MODES} ('none' is exact), got {cache!r}.")
+    if threshold is not None and (not _is_number(threshold) or not 0.0 < threshold < 1.0):
+        raise ValueError(
+            f"threshold must be a probability in (0, 1) or None (LLaDA's fixed schedule), got {threshold!r}; "
+            "Fast-dLLM uses 0.9."
+        )
+    if max_tokens_per_step is not None:
+        if not _is_int(max_tokens_per_step) or max_tokens_per_step < 1:
+            raise ValueError(f"max_tokens_per_step must be a positive integer or None, got {max_tokens_per_step!r}.")
+        if threshold is None:
+            raise ValueError(
+                f"max_tokens_per_step={max_tokens_per_step} only caps confidence-threshold decoding; set threshold "
+                "(e.g. 0.9) or leave max_tokens_per_step=None."
+            )
+
+
+def row_generators(generator: torch.Generator, batch_size: int) -> list[torch.Generator]:
+    """One generator per row, seeded by `batch_size` int64 draws from `generator` (on its device).
+
+    Row r's random stream then depends only on `generator`'s state and r, not on which other rows are still
+    decoding, so finished rows can leave the batch without changing anyone else's draws.
+    """
+    seeds = torch.randint(0, 2**62, (batch_size,), generator=generator, device=generator.device).tolist()
+    return [torch.Generator(device=generator.device).manual_seed(int(seed)) for seed in seeds]
+
+
+def _accepts_logits_to_keep(logits_fn) -> bool:
+    return bool(getattr(logits_fn, "accepts_logits_to_keep", False))
+
+
 @torch.no_grad()
 def generate(
     logits_fn: LogitsFn,
@@ -177,12 +221,20 @@ def generate(
     cfg_scale: float = 0.0,
     eos_token_ids: Iterable[int] | int = (),
     generator: torch.Generator | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    early_stop: bool = True,
+    cache: str = "none",
+    threshold: float | None = None,
+    max_tokens_per_step: int | None = None,
 ) -> SamplerOutput:
     """Generate `gen_length` tokens after each (left-padded) prompt with LLaDA's masked-diffusion sampler.
 
     logits_fn: `(input_ids (B, L), attention_mask (B, L) or None) -> logits (B, L, V)`. It receives None when
         `prompt_mask` is None, else the prompt mask followed by ones for the completion; it must then mask pad
         positions out of attention (bidirectionally), or rows of a padded batch will differ from the rows alone.
+        A callable with `accepts_logits_to_keep = True` (a `DiffusionAdapter`) is also called with
+        `logits_to_keep=<1-D index tensor>` and returns logits (B, len(index), V) for those positions only.
     prompt_ids: (B, P) long, left-padded. prompt_mask: (B, P) of 0/1 or None (no padding).
     temperature: 0 = argmax; > 0 = sample from softmax(logits / temperature) via Gumbel-max in float64.
     remasking: "low_confidence" reveals the masked positions whose drawn token has the highest probability;
@@ -190,9 +242,27 @@ def generate(
     cfg_scale: classifier-free guidance; > 0 adds a pass with the prompt masked and uses
         un + (cfg_scale + 1) * (cond - un).
     generator: torch.Generator on the logits' device; required when temperature > 0 or remasking == "random".
-        Noise is drawn per step with shape (B, block_length, V), so a row's draws depend only on its batch index.
+        Each row gets its own generator seeded from it (`row_generators`), and draws its noise per step with shape
+        (block_length, V): a row's draws depend only on its batch index, never on the other rows.
+    top_k / top_p: candidates are drawn from the `top_k` most likely tokens / the smallest set whose probability
+        reaches `top_p` (None = no filter); the confidence is then the drawn token's probability under that
+        filtered, renormalised distribution.
+    early_stop: with `eos_token_ids`, a row whose completed blocks contain an EOS token leaves the batch (its
+        completion up to and including that EOS is final); its later positions are filled with eos_token_ids[0],
+        and generation ends when every row has finished. Exact: the completion up to the first EOS, and the
+        completion mask, are those of a run without early stop.
+
+    Approximate modes (opt-in; each changes the result, see the README):
+    cache: "prefix" / "dual" reuse the keys and values of a full forward at each block start for the prompt and
+        earlier blocks ("prefix"), and also for the masked suffix after the block ("dual"), Fast-dLLM's prefix and
+        dual cache; needs a logits_fn with `supports_canvas_cache = True` (a LLaDA `DiffusionAdapter`).
+    threshold: confidence-threshold parallel decoding. Each step reveals every masked position of the block whose
+        confidence exceeds `threshold`, at most `max_tokens_per_step` of them (None = no cap), and never fewer than
+        the uniform schedule's count, so a block still takes at most `steps // num_blocks` steps; a block whose
+        positions are all revealed ends early.
     """
     validate_sampler_args(gen_length, block_length, steps, temperature, remasking, cfg_scale, mask_token_id)
+    validate_fast_args(top_k, top_p, cache, threshold, max_tokens_per_step)
     _validate_prompt(prompt_ids, prompt_mask, mask_token_id)
     eos_token_ids = _normalise_eos_ids(eos_token_ids)
     needs_random = temperature > 0 or remasking == "random"
@@ -201,76 +271,148 @@ def generate(
             f"generator is None but temperature={temperature} / remasking={remasking!r} needs random numbers; pass "
             "generator=torch.Generator(device=...).manual_seed(seed) (the global RNG is never used)."
         )
+    if generator is not None and generator.device.type != prompt_ids.device.type:
+        raise ValueError(
+            f"generator is on device {generator.device} but prompt_ids are on {prompt_ids.device}; create it with "
+            f"torch.Generator(device={str(prompt_ids.device)!r})."
+        )
+    if cache != "none" and not getattr(logits_fn, "supports_canvas_cache", False):
+        raise ValueError(
+            f"cache={cache!r} needs a model with a key/value cache path (LLaDA through as_diffusion_lm); "
+            f"{type(logits_fn).__name__} has none. Use cache='none'."
+        )
+    keep_fn = _accepts_logits_to_keep(logits_fn)
 
     batch_size, prompt_length = prompt_ids.shape
     device = prompt_ids.device
     num_blocks = gen_length // block_length
     steps_per_block = steps // num_blocks
+    total_length = prompt_length + gen_length
 
-    x = torch.full((batch_size, prompt_length + gen_length), mask_token_id, dtype=torch.long, device=device)  # (B, L)
+    x = torch.full((batch_size, total_length), mask_token_id, dtype=torch.long, device=device)  # (B, L)
     x[:, :prompt_length] = prompt_ids
     attention_mask = None
     if prompt_mask is not None:
         completion_ones = torch.ones(batch_size, gen_length, dtype=prompt_mask.dtype, device=device)  # (B, G)
         attention_mask = torch.cat([prompt_mask, completion_ones], dim=1)  # (B, L)
+    uncond_prompt = None
     if cfg_scale > 0:
         # Unconditional pass: real prompt tokens become mask tokens; pad positions stay pads (masked from attention).
         prompt_real = torch.ones_like(prompt_ids, dtype=torch.bool) if prompt_mask is None else prompt_mask.bool()
         uncond_prompt = torch.where(prompt_real, torch.full_like(prompt_ids, mask_token_id), prompt_ids)  # (B, P)
-        model_mask = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=0)  # (2B, L)
-    else:
-        model_mask = attention_mask
+    gens = row_generators(generator, batch_size) if needs_random else None
+    eos = torch.tensor(eos_token_ids, dtype=torch.long, device=device) if eos_token_ids else None
+    stop_rows = early_stop and eos is not None
+
+    active = torch.arange(batch_size, device=device)  # (A,) rows still decoding
+    passes = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,)
+    calls = 0
+
+    def model_inputs(rows):
+        """(R, L) ids and mask for the active rows, doubled for guidance (conditional rows first)."""
+        ids = x.index_select(0, rows)  # (A, L)
+        mask = None if attention_mask is None else attention_mask.index_select(0, rows)  # (A, L)
+        if uncond_prompt is None:
+            return ids, mask
+        uncond = torch.cat([uncond_prompt.index_select(0, rows), ids[:, prompt_length:]], dim=1)  # (A, L)
+        return torch.cat([ids, uncond], dim=0), (None if mask is None else torch.cat([mask, mask], dim=0))
+
+    def block_logits_of(ids, mask, start, end, kv_cache, window_start):
+        """Logits (A, block, V) at canvas positions [start, end), guidance applied, in >= float32."""
+        nonlocal calls
+        calls += 1
+        passes[active] += 1 if uncond_prompt is None else 2
+        if kv_cache is not None:
+            kv_cache.window_start = window_start
+            keep = torch.arange(start - (window_start or 0), end - (window_start or 0), device=device)
+            inp = ids if window_start is None else ids[:, window_start:]
+            if window_start is not None and cache == "dual":
+                inp = ids[:, window_start:end]
+            logits = logits_fn(inp, mask, logits_to_keep=keep, cache=kv_cache)  # (R, block, V)
+            fresh = True
+        elif keep_fn:
+            keep = torch.arange(start, end, device=device)  # (block,)
+            logits = logits_fn(ids, mask, logits_to_keep=keep)  # (R, block, V)
+            fresh = True
+        else:
+            logits = logits_fn(ids, mask)  # (R, L, V)
+            _check_logits(logits, ids.shape[0], ids.shape[1], mask_token_id)
+            logits = logits[:, start:end]
+            fresh = False
+        _check_logits(logits, ids.shape[0], end - start, mask_token_id)
+        compute_dtype = torch.promote_types(logits.dtype, torch.float32)
+        rows = active.shape[0]
+        if uncond_prompt is not None:
+            cond, uncond = logits[:rows].to(compute_dtype), logits[rows:].to(compute_dtype)  # (A, block, V) each
+            out = uncond + (cfg_scale + 1) * (cond - uncond)
+        elif fresh and logits.dtype == compute_dtype:
+            out = logits  # a fresh tensor the model made for this call: modified in place below
+        else:
+            # A copy: the -inf below must not write into the caller's logits.
+            out = logits.to(compute_dtype, copy=True)
+        out[..., mask_token_id] = -torch.inf  # the mask token is never a candidate
+        return out
 
     for block in range(num_blocks):
         start = prompt_length + block * block_length
         end = start + block_length
-        block_masked = x[:, start:end] == mask_token_id  # (B, block)
-        reveal_counts = uniform_reveal_schedule(block_masked.sum(dim=1), steps_per_block)  # (B, steps_per_block)
+        block_masked = x[active, start:end] == mask_token_id  # (A, block)
+        reveal_counts = uniform_reveal_schedule(block_masked.sum(dim=1), steps_per_block)  # (A, steps_per_block)
+        ids, mask = model_inputs(active)
+        kv_cache = None if cache == "none" else CanvasCache()
+        active_gens = [gens[i] for i in active.tolist()] if gens else None
 
         for step in range(steps_per_block):
-            if cfg_scale > 0:
-                x_uncond = torch.cat([uncond_prompt, x[:, prompt_length:]], dim=1)  # (B, L)
-                logits = logits_fn(torch.cat([x, x_uncond], dim=0), model_mask)  # (2B, L, V)
-                _check_logits(logits, 2 * batch_size, x.shape[1], mask_token_id)
-                compute_dtype = torch.promote_types(logits.dtype, torch.float32)
-                cond = logits[:batch_size, start:end].to(compute_dtype)  # (B, block, V)
-                uncond = logits[batch_size:, start:end].to(compute_dtype)  # (B, block, V)
-                block_logits = uncond + (cfg_scale + 1) * (cond - uncond)  # (B, block, V)
-            else:
-                logits = logits_fn(x, model_mask)  # (B, L, V)
-                _check_logits(logits, batch_size, x.shape[1], mask_token_id)
-                compute_dtype = torch.promote_types(logits.dtype, torch.float32)
-                # A copy: the -inf below must not write into the caller's logits.
-                block_logits = logits[:, start:end].to(compute_dtype, copy=True)  # (B, block, V)
-            del logits
-            block_logits[..., mask_token_id] = -torch.inf  # the mask token is never a candidate
+            window_start = None if (kv_cache is None or step == 0) else start
+            block_logits = block_logits_of(ids, mask, start, end, kv_cache, window_start)  # (A, block, V)
+            candidates, confidence = _candidates_and_confidence(
+                block_logits, temperature, remasking, top_k, top_p, active_gens
+            )  # (A, block) each
+            del block_logits
+            current = x[active, start:end]  # (A, block)
+            still_masked = current == mask_token_id  # (A, block)
+            confidence = torch.where(still_masked, confidence.double(), -torch.inf)  # (A, block)
+            count = reveal_counts[:, step]  # (A,)
+            if threshold is not None:
+                above = (confidence > threshold).sum(dim=1)  # (A,)
+                if max_tokens_per_step is not None:
+                    above = above.clamp(max=max_tokens_per_step)
+                count = torch.maximum(count, above)
+            count = torch.minimum(count, still_masked.sum(dim=1))
+            reveal = _top_k_mask(confidence, count)  # (A, block) bool
+            new_block = torch.where(reveal, candidates, current)  # (A, block)
+            x[active, start:end] = new_block
+            if step + 1 < steps_per_block:
+                if threshold is not None and not bool((new_block == mask_token_id).any()):
+                    break  # every position of the block is revealed: the remaining steps would reveal nothing
+                ids, mask = _refresh_block(ids, mask, new_block, start, end, uncond_prompt is not None)
 
-            if generator is not None and generator.device.type != block_logits.device.type:
-                raise ValueError(
-                    f"generator is on device {generator.device} but the logits are on {block_logits.device}; "
-                    f"create it with torch.Generator(device={str(block_logits.device)!r})."
-                )
-            candidates = _draw_candidates(block_logits, temperature, generator)  # (B, block)
-            if remasking == "low_confidence":
-                probs = torch.softmax(block_logits, dim=-1)  # (B, block, V)
-                confidence = torch.gather(probs, -1, candidates[..., None]).squeeze(-1)  # (B, block)
-                del probs
-            else:
-                confidence = torch.rand(
-                    candidates.shape, generator=generator, dtype=torch.float64, device=candidates.device
-                )  # (B, block)
-
-            current = x[:, start:end]  # (B, block)
-            still_masked = current == mask_token_id  # (B, block)
-            confidence = torch.where(still_masked, confidence.double(), -torch.inf)  # (B, block)
-            reveal = _top_k_mask(confidence, reveal_counts[:, step])  # (B, block) bool
-            x[:, start:end] = torch.where(reveal, candidates, current)
+        if stop_rows:
+            finished = torch.isin(x[active, prompt_length:end], eos).any(dim=1)  # (A,)
+            if bool(finished.any()):
+                done = active[finished]
+                x[done, end:] = eos_token_ids[0]
+                active = active[~finished]
+                if active.numel() == 0:
+                    break
 
     completion_ids = x[:, prompt_length:].clone()  # (B, G)
     return SamplerOutput(
         completion_ids=completion_ids,
         completion_mask=completion_mask_from_ids(completion_ids, eos_token_ids),
+        forward_passes=passes,
+        model_calls=calls,
     )
+
+
+def _refresh_block(ids, mask, new_block, start, end, doubled):
+    """The model inputs with the block's new tokens (both halves when guidance doubles the rows)."""
+    ids = ids.clone()
+    rows = new_block.shape[0]
+    ids[:rows, start:end] = new_block
+    if doubled:
+        ids[rows:, start:end] = new_block
+    return ids, mask
 
 
 def _check_logits(logits, expected_rows: int, expected_length: int, mask_token_id: int) -> None:
@@ -289,19 +431,61 @@ def _check_logits(logits, expected_rows: int, expected_length: int, mask_token_i
         )
 
 
-def _draw_candidates(block_logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+def filter_logits(block_logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """Top-k then nucleus (top-p) filtering: logits outside the kept set become -inf, in place.
+
+    block_logits: (..., V). top-p keeps the smallest set of most likely tokens whose probability reaches top_p (the
+    most likely token always). Returns block_logits.
+    """
+    vocab = block_logits.shape[-1]
+    if top_k is not None and top_k < vocab:
+        kth = torch.topk(block_logits, top_k, dim=-1).values[..., -1:]  # (..., 1)
+        block_logits.masked_fill_(block_logits < kth, -torch.inf)
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(block_logits, dim=-1, descending=True)  # (..., V)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)  # (..., V)
+        # drop a token when the tokens before it already reach top_p
+        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p  # (..., V)
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        block_logits.masked_fill_(drop, -torch.inf)
+    return block_logits
+
+
+def _candidates_and_confidence(block_logits, temperature, remasking, top_k, top_p, gens):
+    """Candidate tokens (A, block) and their confidences (A, block) for one step.
+
+    block_logits (A, block, V) may be modified in place. gens: one generator per row (None when nothing is random).
+    """
+    if top_k is not None or top_p is not None:
+        filter_logits(block_logits, top_k, top_p)
+    candidates = _draw_candidates(block_logits, temperature, gens)  # (A, block)
+    if remasking == "low_confidence":
+        probs = torch.softmax(block_logits, dim=-1)  # (A, block, V)
+        confidence = torch.gather(probs, -1, candidates[..., None]).squeeze(-1)  # (A, block)
+        del probs
+    else:
+        block = block_logits.shape[1]
+        confidence = torch.stack(
+            [torch.rand(block, generator=g, dtype=torch.float64, device=block_logits.device) for g in gens]
+        )  # (A, block)
+    return candidates, confidence
+
+
+def _draw_candidates(block_logits: torch.Tensor, temperature: float, gens) -> torch.Tensor:
     """Argmax at temperature 0, else Gumbel-max: a sample from softmax(logits / temperature).
 
-    The noise is float64 (as in LLaDA): float32 uniforms cap the Gumbel noise near 16.6 and cut the tail.
+    The noise is float64 (as in LLaDA): float32 uniforms cap the Gumbel noise near 16.6 and cut the tail. It is drawn
+    row by row from each row's own generator, (block, V) at a time, which also bounds the float64 temporaries.
     """
     if temperature == 0:
-        return block_logits.argmax(dim=-1)  # (B, block)
-    uniform = torch.rand(
-        block_logits.shape, generator=generator, dtype=torch.float64, device=block_logits.device
-    )  # (B, block, V)
-    # log of LLaDA's exp(logits) / (-log u)^T: same argmax, no overflow.
-    scores = block_logits.double() - temperature * torch.log(-torch.log(uniform))  # (B, block, V)
-    return scores.argmax(dim=-1)  # (B, block)
+        return block_logits.argmax(dim=-1)  # (A, block)
+    candidates = []
+    for row, g in zip(block_logits, gens, strict=True):  # row (block, V)
+        noise = torch.rand(row.shape, generator=g, dtype=torch.float64, device=row.device)  # (block, V)
+        # log of LLaDA's exp(logits) / (-log u)^T: same argmax, no overflow. In place: -T log(-log u) + logits.
+        noise.log_().neg_().log_().mul_(-temperature).add_(row)
+        candidates.append(noise.argmax(dim=-1))  # (block,)
+    return torch.stack(candidates)  # (A, block)
 
 
 def _top_k_mask(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

@@ -218,33 +218,47 @@ class LLaDAModel(LlamaModel):
         """Same inputs as `LlamaModel.forward`. A 2D `attention_mask` (1 = real token) hides padding keys only.
 
         `use_cache` is accepted for API compatibility and has no effect: with bidirectional attention every output
-        depends on every position, so there is no reusable key/value prefix; passing a `cache` raises.
+        depends on every position, so there is no exact key/value prefix, and a transformers cache raises. The one
+        exception is the approximate `CanvasCache` of Fast-dLLM-style rollouts: while it records, this is a plain
+        forward whose keys and values are stored; in its windowed phase `input_ids` (B, n) are the canvas positions
+        [window_start, window_start + n), `attention_mask` covers the whole canvas (B, L), and default positions
+        are the window's positions in the canvas.
         """
-        check_no_cache(cache or kwargs.pop("past_key_values", None), type(self).__name__)
+        cache = cache if cache is not None else kwargs.pop("past_key_values", None)
+        check_no_cache(cache, type(self).__name__, allow_canvas_cache=True)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)  # (B, L, D)
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, n, D)
+        window = cache is not None and cache.window_start is not None
+        offset = cache.window_start if window else 0
+        n = inputs_embeds.shape[1]
         if position_ids is None:
             if attention_mask is not None and attention_mask.dim() == 2:
-                position_ids = padding_position_ids(attention_mask).to(inputs_embeds.device)  # (B, L)
+                position_ids = padding_position_ids(attention_mask).to(inputs_embeds.device)[:, offset : offset + n]
             else:
-                position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None]  # (1, L)
-        # None when nothing is padded (sdpa / eager then attend to everything), else a mask over padded keys.
-        layer_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
-        )
+                position_ids = torch.arange(offset, offset + n, device=inputs_embeds.device)[None]  # (1, n)
+        if window and attention_mask is None:
+            # No padding: every one of the canvas' keys is visible (a None mask attends to all keys).
+            layer_mask = None
+        else:
+            # None when nothing is padded (sdpa / eager then attend to everything), else a mask over padded keys;
+            # with a window, queries are the n window positions and keys the whole canvas (the mask's length).
+            layer_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+            )
         hidden_states = inputs_embeds
-        position_embeddings = self.rotary_emb(hidden_states, position_ids=position_ids)  # (cos, sin), (B, L, Dh)
+        position_embeddings = self.rotary_emb(hidden_states, position_ids=position_ids)  # (cos, sin), (B, n, Dh)
         for decoder_layer in self.layers[: self.config.num_hidden_layers]:
             hidden_states = decoder_layer(
                 hidden_states,
                 attention_mask=layer_mask,
                 position_embeddings=position_embeddings,
                 position_ids=position_ids,
+                cache=cache,
                 **kwargs,
             )
-        hidden_states = self.norm(hidden_states)  # (B, L, D)
+        hidden_states = self.norm(hidden_states)  # (B, n, D)
         return BaseModelOutputWithPast(last_hidden_state=hidden_states)
 
 

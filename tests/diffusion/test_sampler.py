@@ -78,7 +78,11 @@ def reference_generate(
     -inf (it is never a candidate), and random numbers are drawn for the current block's positions only, in float64,
     in the sampler's order (Gumbel uniforms, then remasking scores) so both consume the same stream. The values used
     elsewhere are placeholders that never matter: earlier blocks hold no mask tokens and later blocks get -inf.
+    The row's random numbers come from its own generator, seeded by one int64 draw from `generator` (the sampler
+    gives every row such a generator).
     """
+    if generator is not None:
+        generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
     prompt_len = prompt.shape[1]
     x = torch.full((1, prompt_len + gen_length), mask_id, dtype=torch.long)
     x[:, :prompt_len] = prompt.clone()
@@ -405,7 +409,8 @@ def test_completion_mask_with_planted_eos():
         return logits
 
     ids = torch.full((3, 3), 5, dtype=torch.long)
-    kwargs = dict(mask_token_id=TOY_MASK, gen_length=10, block_length=5, steps=4)
+    # The planted logits depend on the batch index, so rows must not leave the batch: no early stop here.
+    kwargs = dict(mask_token_id=TOY_MASK, gen_length=10, block_length=5, steps=4, early_stop=False)
     out = generate(planted, ids, eos_token_ids=(TOY_EOS, eot), **kwargs)
     assert isinstance(out, SamplerOutput)
     assert out.completion_ids.dtype == torch.long and out.completion_mask.dtype == torch.long
