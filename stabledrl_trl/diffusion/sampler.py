@@ -245,8 +245,8 @@ def generate(
         Each row gets its own generator seeded from it (`row_generators`), and draws its noise per step with shape
         (block_length, V): a row's draws depend only on its batch index, never on the other rows.
     top_k / top_p: candidates are drawn from the `top_k` most likely tokens / the smallest set whose probability
-        reaches `top_p` (None = no filter); the confidence is then the drawn token's probability under that
-        filtered, renormalised distribution.
+        reaches `top_p` (None = no filter). The filters restrict the draw only: the confidence stays the drawn
+        token's probability under softmax(logits), as LLaDA defines it (so top_k=1 is greedy decoding).
     early_stop: with `eos_token_ids`, a row whose completed blocks contain an EOS token leaves the batch (its
         completion up to and including that EOS is final); its later positions are filled with eos_token_ids[0],
         and generation ends when every row has finished. Exact: the completion up to the first EOS, and the
@@ -454,11 +454,13 @@ def filter_logits(block_logits: torch.Tensor, top_k: int | None, top_p: float | 
 def _candidates_and_confidence(block_logits, temperature, remasking, top_k, top_p, gens):
     """Candidate tokens (A, block) and their confidences (A, block) for one step.
 
-    block_logits (A, block, V) may be modified in place. gens: one generator per row (None when nothing is random).
+    block_logits (A, block, V) are not modified. gens: one generator per row (None when nothing is random).
     """
+    filtered = block_logits
     if top_k is not None or top_p is not None:
-        filter_logits(block_logits, top_k, top_p)
-    candidates = _draw_candidates(block_logits, temperature, gens)  # (A, block)
+        filtered = filter_logits(block_logits.clone(), top_k, top_p)  # (A, block, V)
+    candidates = _draw_candidates(filtered, temperature, gens)  # (A, block)
+    del filtered
     if remasking == "low_confidence":
         probs = torch.softmax(block_logits, dim=-1)  # (A, block, V)
         confidence = torch.gather(probs, -1, candidates[..., None]).squeeze(-1)  # (A, block)

@@ -317,3 +317,32 @@ def test_realign_shifted_logits_by_hand():
     assert torch.equal(
         realign_shifted_logits(logits), torch.tensor([[10.0, 10.0, 11.0, 12.0], [20.0, 20.0, 21.0, 22.0]])[..., None]
     )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# logits_to_keep: logits at some positions only.
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_logits_to_keep_equals_full_logits_at_those_positions(any_model, tiny_tokenizer, padded):
+    name, model = any_model
+    adapter = as_diffusion_lm(model, tiny_tokenizer, mask_token_id=None if name in ("llada", "dream") else 1)
+    _, ids, mask = left_padded_batch(seed=31)
+    mask = mask if padded else None
+    full = adapter(ids, mask)  # (B, L, V)
+    for keep in (torch.tensor([3, 4, 5, 11]), torch.tensor([0, 7]), torch.tensor([8])):
+        kept = adapter(ids, mask, logits_to_keep=keep)
+        assert kept.shape == (ids.shape[0], keep.numel(), V) and kept.dtype == torch.float32
+        torch.testing.assert_close(kept, full[:, keep], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(adapter(ids, mask, logits_to_keep=4), full[:, -4:], rtol=1e-5, atol=1e-5)
+
+
+def test_logits_to_keep_runs_the_head_on_kept_positions_only(tiny_llada, tiny_tokenizer):
+    adapter = as_diffusion_lm(tiny_llada, tiny_tokenizer)
+    seen = []
+    hook = tiny_llada.lm_head.register_forward_hook(lambda module, inp, out: seen.append(inp[0].shape))
+    try:
+        adapter(torch.randint(5, V, (2, 10), generator=torch.Generator().manual_seed(0)), logits_to_keep=3)
+    finally:
+        hook.remove()
+    assert seen == [torch.Size([2, 3, 64])]

@@ -546,3 +546,261 @@ def test_bad_logits_fn_output():
         generate(lambda ids, am: torch.zeros(*ids.shape, 8), prompt, **dict(kwargs, mask_token_id=8))
     with pytest.raises(ValueError, match="batch, length, vocab"):
         generate(lambda ids, am: torch.zeros(*ids.shape), prompt, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Exact speedups: output head on the current block only, early stop, per-row noise.
+
+
+class EosBiased:
+    """The toy model with a content-dependent EOS bias: rows whose prompt starts with an even id favour EOS.
+
+    The bias depends on each row's own tokens only (never on its batch index), so rows stay independent.
+    """
+
+    def __init__(self, fn, bias=10.0):
+        self.fn, self.bias = fn, bias
+
+    def __call__(self, input_ids, attention_mask=None):
+        logits = self.fn(input_ids, attention_mask).clone()
+        start = attention_mask.argmax(dim=1) if attention_mask is not None else torch.zeros_like(input_ids[:, 0])
+        first = input_ids.gather(1, start[:, None])  # (B, 1) each row's first real token
+        favour = (first[:, 0] % 2 == 0).to(logits.dtype)  # (B,)
+        logits[..., TOY_EOS] += self.bias * favour[:, None]
+        return logits
+
+
+class KeepingFn:
+    """A logits_fn that honours `logits_to_keep` (as DiffusionAdapter does) and records the kept positions."""
+
+    accepts_logits_to_keep = True
+
+    def __init__(self, fn):
+        self.fn, self.kept, self.rows = fn, [], []
+
+    def __call__(self, input_ids, attention_mask=None, logits_to_keep=None):
+        self.kept.append(logits_to_keep.clone())
+        self.rows.append(input_ids.shape[0])
+        return self.fn(input_ids, attention_mask)[:, logits_to_keep]
+
+
+@pytest.mark.parametrize("temperature, remasking, cfg_scale", [(0.0, "low_confidence", 0.0), (0.9, "low_confidence", 0.0), (1.0, "random", 1.0)])  # noqa: E501
+def test_block_logits_and_early_stop_are_exact(temperature, remasking, cfg_scale):
+    model = EosBiased(ToyBidirectionalLM(seed=31))
+    ids, mask = _left_pad(_toy_prompts([3, 6, 2, 5, 4, 7], seed=32), TOY_EOS)
+    kwargs = dict(mask_token_id=TOY_MASK, gen_length=24, block_length=8, steps=12, temperature=temperature)
+    kwargs.update(remasking=remasking, cfg_scale=cfg_scale, eos_token_ids=TOY_EOS)
+    slow = generate(model, ids, mask, generator=_gen(3), early_stop=False, **kwargs)
+    keeping = KeepingFn(model)
+    fast = generate(keeping, ids, mask, generator=_gen(3), **kwargs)
+    assert torch.equal(fast.completion_mask, slow.completion_mask)
+    keep = slow.completion_mask.bool()
+    assert torch.equal(fast.completion_ids[keep], slow.completion_ids[keep])  # identical up to the first EOS
+    assert not (fast.completion_ids == TOY_MASK).any()  # finished rows' undecoded tails are EOS, never mask tokens
+    # Some rows finished early and left the batch; the kept positions were always the current block.
+    assert min(keeping.rows) < max(keeping.rows) and fast.model_calls <= slow.model_calls
+    width = ids.shape[1]
+    for call, kept in enumerate(keeping.kept):
+        block = call // 4
+        assert torch.equal(kept, torch.arange(width + 8 * block, width + 8 * block + 8))
+    factor = 2 if cfg_scale else 1
+    assert int(slow.forward_passes.sum()) == factor * 12 * 6 and int(fast.forward_passes.sum()) < factor * 12 * 6
+
+
+def test_finished_rows_leaving_do_not_change_other_rows_draws():
+    # Row 0 never finishes; the other rows change (and finish at different blocks): row 0's sample is unchanged.
+    model = EosBiased(ToyBidirectionalLM(seed=33), bias=8.0)
+    first = torch.tensor([5, 9, 3])  # odd first id: no EOS bias
+    kwargs = dict(mask_token_id=TOY_MASK, gen_length=24, block_length=8, steps=12, temperature=1.0)
+    kwargs.update(eos_token_ids=TOY_EOS)
+    outs = []
+    for others in ([4, 2, 6], [2], [8, 10, 12, 14]):  # even first ids: these rows finish early
+        prompts = [first] + [torch.tensor([o, 7, 7]) for o in others]
+        ids, mask = _left_pad(prompts, TOY_EOS)
+        outs.append(generate(model, ids, mask, generator=_gen(4), **kwargs))
+    assert torch.equal(outs[0].completion_ids[0], outs[1].completion_ids[0])
+    assert torch.equal(outs[0].completion_ids[0], outs[2].completion_ids[0])
+    assert any(int(o.forward_passes[1:].min()) < 12 for o in outs)  # some rows did leave early
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# top-k / top-p candidate filters.
+
+
+def test_filter_logits_by_hand():
+    from stabledrl_trl.diffusion.sampler import filter_logits
+
+    logits = torch.log(torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]]))
+    top2 = filter_logits(logits.clone(), 2, None)
+    assert torch.isfinite(top2).tolist() == [[True, True, False, False, False]]
+    # p = 0.6: 0.5 < 0.6, so the second token is kept too; 0.5 + 0.2 >= 0.6 drops the rest
+    nucleus = filter_logits(logits.clone(), None, 0.6)
+    assert torch.isfinite(nucleus).tolist() == [[True, True, False, False, False]]
+    assert torch.isfinite(filter_logits(logits.clone(), None, 0.5)).tolist() == [[True, False, False, False, False]]
+    assert torch.isfinite(filter_logits(logits.clone(), None, 0.9)).sum() == 4
+    assert torch.isfinite(filter_logits(logits.clone(), None, 1.0)).all()
+    both = filter_logits(logits.clone(), 3, 0.95)  # top-3, then the nucleus of the rest
+    assert torch.isfinite(both).tolist() == [[True, True, True, False, False]]
+
+
+@pytest.mark.parametrize("top_k, top_p, support", [(2, None, [0, 3]), (None, 0.7, [0, 3]), (1, None, [0])])
+def test_filtered_draws_follow_the_renormalised_softmax(top_k, top_p, support):
+    mask_id = 4
+    base = torch.tensor([1.0, 0.0, -0.5, 0.4, 3.0], dtype=torch.float64)  # mask token highest: never drawn
+    prompt = torch.full((2000, 1), 3, dtype=torch.long)
+    kwargs = dict(mask_token_id=mask_id, gen_length=8, block_length=8, steps=1, temperature=1.0)
+    draws = generate(_fixed_logits_fn(base), prompt, generator=_gen(8), top_k=top_k, top_p=top_p, **kwargs)
+    counts = torch.bincount(draws.completion_ids.flatten(), minlength=5).double()
+    n = counts.sum()
+    p = torch.zeros(5, dtype=torch.float64)
+    p[support] = torch.softmax(base[support], dim=0)
+    assert counts[[i for i in range(5) if i not in support]].sum() == 0
+    stderr = torch.sqrt(n * p * (1 - p)).clamp(min=1e-9)
+    assert (counts - n * p).abs().le(5 * stderr + 1e-9).all(), (counts, n * p)
+
+
+def test_top_k_one_is_greedy():
+    model = ToyBidirectionalLM(seed=34)
+    ids, mask = _left_pad(_toy_prompts([3, 5], seed=35), TOY_EOS)
+    kwargs = dict(mask_token_id=TOY_MASK, gen_length=16, block_length=8, steps=8)
+    greedy = generate(model, ids, mask, **kwargs).completion_ids
+    sampled = generate(model, ids, mask, temperature=1.5, top_k=1, generator=_gen(0), **kwargs).completion_ids
+    assert torch.equal(greedy, sampled)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Approximate modes: canvas cache (prefix / dual) and confidence-threshold decoding, on the native LLaDA.
+
+
+@pytest.fixture
+def tiny_adapter(tiny_llada, tiny_tokenizer):
+    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+
+    return as_diffusion_lm(tiny_llada, tiny_tokenizer)
+
+
+def _llada_prompts(lengths, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(5, 101, (n,), generator=g) for n in lengths]
+
+
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_cache_with_one_step_per_block_is_exact(tiny_adapter, cache):
+    # One step per block: every step is the block's full forward, so nothing stale is ever read.
+    ids, mask = _left_pad(_llada_prompts([4, 9, 6], seed=36), 0)
+    kwargs = dict(mask_token_id=1, gen_length=24, block_length=8, steps=3, temperature=0.8, generator=None)
+    exact = generate(tiny_adapter, ids, mask, **{**kwargs, "generator": _gen(1)})
+    cached = generate(tiny_adapter, ids, mask, cache=cache, **{**kwargs, "generator": _gen(1)})
+    assert torch.equal(exact.completion_ids, cached.completion_ids)
+
+
+@pytest.mark.parametrize(
+    "cache, threshold, cap", [("prefix", None, None), ("dual", None, None), ("dual", 0.05, 3), ("none", 0.05, None)]
+)
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_approximate_modes_padded_rows_equal_rows_alone(tiny_adapter, cache, threshold, cap, temperature):
+    prompts = _llada_prompts([3, 10, 6], seed=37)
+    ids, mask = _left_pad(prompts, 0)
+    kwargs = dict(mask_token_id=1, gen_length=16, block_length=8, steps=8, temperature=temperature)
+    kwargs.update(cache=cache, threshold=threshold, max_tokens_per_step=cap, eos_token_ids=0)
+    batch = generate(tiny_adapter, ids, mask, generator=_gen(2), **kwargs)
+    for row, prompt in enumerate(prompts):
+        # the row alone, with the generator state the batch gave it (row generators are seeded in batch order)
+        alone_gen = _gen(2)
+        torch.randint(0, 2**62, (row,), generator=alone_gen)  # skip the seeds of the rows before it
+        alone = generate(tiny_adapter, prompt[None], generator=alone_gen, **kwargs)
+        keep = batch.completion_mask[row].bool()
+        assert torch.equal(batch.completion_mask[row], alone.completion_mask[0]), row
+        assert torch.equal(batch.completion_ids[row][keep], alone.completion_ids[0][keep]), row
+    assert not (batch.completion_ids == 1).any()
+
+
+def test_cache_calls_see_windows_and_fewer_positions(tiny_adapter):
+    from stabledrl_trl.models.bidirectional import CanvasCache
+
+    seen = []
+
+    def spy(input_ids, attention_mask=None, logits_to_keep=None, cache=None):
+        seen.append((input_ids.shape[1], None if cache is None else cache.window_start, logits_to_keep.tolist()))
+        return tiny_adapter(input_ids, attention_mask, logits_to_keep=logits_to_keep, cache=cache)
+
+    spy.accepts_logits_to_keep = spy.supports_canvas_cache = True
+    prompt = _llada_prompts([5], seed=38)[0][None]
+    for cache, window_len in (("prefix", lambda b: 16 - 8 * b), ("dual", lambda b: 8)):
+        seen.clear()
+        generate(spy, prompt, mask_token_id=1, gen_length=16, block_length=8, steps=8, cache=cache)
+        assert len(seen) == 8
+        for call, (length, window_start, kept) in enumerate(seen):
+            block, step = divmod(call, 4)
+            if step == 0:  # the block's full forward records the cache
+                assert (length, window_start, kept) == (21, None, list(range(5 + 8 * block, 13 + 8 * block)))
+            else:
+                assert (length, window_start, kept) == (window_len(block), 5 + 8 * block, list(range(8)))
+    assert CanvasCache  # the class the sampler uses
+
+
+def test_threshold_reveals_confident_positions_capped_and_ends_blocks_early():
+    # Fixed logits: positions 0-4 of each block are confident (p ~ 0.99), positions 5-7 are not.
+    vocab, mask_id = 6, 1
+
+    def fn(input_ids, attention_mask=None):
+        batch, length = input_ids.shape
+        logits = torch.zeros(batch, length, vocab)
+        offset = (torch.arange(length) - 2) % 8  # position within the block (prompt of length 2)
+        logits[:, offset < 5, 3] = 8.0
+        return logits
+
+    recorder = Recorder(fn)
+    prompt = torch.tensor([[4, 5]])
+    out = generate(recorder, prompt, mask_token_id=mask_id, gen_length=16, block_length=8, steps=8, threshold=0.9,
+                   max_tokens_per_step=3)  # fmt: skip
+    states = [i[0, 2:] for i in recorder.inputs] + [out.completion_ids[0]]
+    revealed = [int(((b == mask_id) & (a != mask_id)).sum()) for b, a in zip(states[:-1], states[1:])]
+    # per block (8 tokens in 4 steps, schedule 2 per step): 3 confident (the cap), the other 2 confident, then the
+    # schedule's 2 and the last one
+    assert revealed == [3, 2, 2, 1] * 2
+    # without a cap: the 5 confident at once, then the schedule's 2, then the last one: the block ends after 3 steps
+    recorder = Recorder(fn)
+    out = generate(recorder, prompt, mask_token_id=mask_id, gen_length=16, block_length=8, steps=8, threshold=0.9)
+    states = [i[0, 2:] for i in recorder.inputs] + [out.completion_ids[0]]
+    revealed = [int(((b == mask_id) & (a != mask_id)).sum()) for b, a in zip(states[:-1], states[1:])]
+    assert revealed == [5, 2, 1] * 2 and out.model_calls == 6
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(cache="full"), "cache must be one of"),
+        (dict(threshold=1.0), "threshold"),
+        (dict(threshold=0.9, max_tokens_per_step=0), "max_tokens_per_step"),
+        (dict(max_tokens_per_step=4), "only caps confidence-threshold"),
+        (dict(cache="prefix"), "needs a model with a key/value cache path"),
+    ],
+)
+def test_invalid_fast_args(extra, match):
+    model = Recorder(ToyBidirectionalLM())
+    with pytest.raises(ValueError, match=match):
+        generate(model, torch.tensor([[3, 4]]), mask_token_id=TOY_MASK, gen_length=8, block_length=8, steps=2, **extra)
+    assert not model.inputs
+
+
+def test_cache_under_peft_equals_the_base_model(tiny_llada, tiny_tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+
+    ids, mask = _left_pad(_llada_prompts([4, 7], seed=39), 0)
+    kwargs = dict(mask_token_id=1, gen_length=16, block_length=8, steps=8, cache="dual", threshold=0.05)
+    base = generate(as_diffusion_lm(tiny_llada, tiny_tokenizer), ids, mask, **kwargs).completion_ids
+    lora = get_peft_model(tiny_llada, LoraConfig(r=4, target_modules=["q_proj", "k_proj", "v_proj"]))
+    wrapped = generate(as_diffusion_lm(lora, tiny_tokenizer), ids, mask, **kwargs).completion_ids
+    assert torch.equal(base, wrapped)  # LoRA starts as the identity (B = 0)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
+    moved = generate(as_diffusion_lm(lora, tiny_tokenizer), ids, mask, **kwargs).completion_ids
+    assert not torch.equal(base, moved)  # the LoRA weights are used inside the cached forwards

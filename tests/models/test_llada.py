@@ -532,3 +532,50 @@ def test_conftest_tiny_llada_is_deterministic_and_leaves_global_rng(request):
         b = LLaDAModelLM(LLaDAConfig(**tiny_llada_config_dict()))
     assert not a.training and a.dtype == torch.float32
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The approximate canvas cache (Fast-dLLM prefix / dual cache).
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("window", [(7, 14), (7, 10), (0, 14), (12, 14)])
+def test_canvas_cache_window_over_an_unchanged_canvas_equals_the_full_forward(tiny_llada, padded, window):
+    # Recorded keys of the same canvas are not stale, so a windowed forward must give the full forward's logits.
+    from stabledrl_trl.models.bidirectional import CanvasCache
+
+    g = torch.Generator().manual_seed(21)
+    ids = torch.randint(5, 101, (3, 14), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    mask[2, :2] = 0
+    mask = mask if padded else None
+    full = tiny_llada(ids, attention_mask=mask).logits  # (3, 14, V)
+    cache = CanvasCache()
+    recorded = tiny_llada(ids, attention_mask=mask, cache=cache).logits
+    torch.testing.assert_close(recorded, full)
+    assert cache.canvas_length == 14
+    start, end = window
+    cache.window_start = start
+    windowed = tiny_llada(ids[:, start:end], attention_mask=mask, cache=cache).logits  # (3, end - start, V)
+    torch.testing.assert_close(windowed, full[:, start:end], rtol=1e-5, atol=1e-5)
+    assert cache.canvas_length == 14  # the cache never grows
+
+
+def test_canvas_cache_window_reads_recorded_keys_outside_the_window(tiny_llada):
+    # Changing a token outside the window changes nothing in a windowed forward (its keys are the recorded ones);
+    # inside a full forward it does change the window's logits.
+    from stabledrl_trl.models.bidirectional import CanvasCache
+
+    ids = torch.randint(5, 101, (1, 12), generator=torch.Generator().manual_seed(22))
+    cache = CanvasCache()
+    tiny_llada(ids, cache=cache)
+    changed = ids.clone()
+    changed[0, 10] = 1 if ids[0, 10] != 1 else 2
+    cache.window_start = 4
+    stale = tiny_llada(changed[:, 4:8], cache=cache).logits
+    fresh = tiny_llada(changed).logits[:, 4:8]
+    torch.testing.assert_close(stale, tiny_llada(ids).logits[:, 4:8], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(stale, fresh, atol=1e-4)
+    cache.keep_rows(torch.tensor([0]))
+    assert cache.layers[0].keys.shape[0] == 1
