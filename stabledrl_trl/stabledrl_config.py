@@ -97,6 +97,29 @@ class StableDRLConfig(GRPOConfig):
     )
     cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
 
+    # Fast rollouts: approximate, opt-in decoding modes (the defaults decode exactly; see the README's risks)
+    rollout_cache: str = field(
+        default="none",
+        metadata={
+            "help": "Key/value reuse during rollouts (LLaDA only): 'none' (exact), 'prefix' (Fast-dLLM prefix cache: "
+            "prompt and earlier blocks refreshed once per block) or 'dual' (also the masked suffix). Approximate."
+        },
+    )
+    parallel_threshold: float | None = field(
+        default=None,
+        metadata={
+            "help": "Confidence-threshold parallel decoding: each step also reveals every masked position of the "
+            "block whose confidence exceeds this (Fast-dLLM uses 0.9). None keeps LLaDA's fixed schedule. Approximate."
+        },
+    )
+    max_tokens_per_step: int | None = field(
+        default=None,
+        metadata={
+            "help": "Cap on the positions parallel_threshold reveals in one step (the schedule's own count is "
+            "always allowed); None = no cap. Needs parallel_threshold."
+        },
+    )
+
     # Likelihood estimation
     likelihood_estimator: str = field(
         default="block_random",
@@ -196,6 +219,23 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"sandwich_omega={self.sandwich_omega} must be in [0, 1]; SPG uses 0.5.")
         if self.dgpo_n <= 0 or self.dgpo_m <= 0:
             raise ValueError(f"dgpo_n={self.dgpo_n} and dgpo_m={self.dgpo_m} must be > 0; defaults are 1 and 2.")
+        if self.rollout_cache not in ("none", "prefix", "dual"):
+            raise ValueError(
+                f"rollout_cache={self.rollout_cache!r}; choose 'none' (exact), 'prefix' or 'dual' (approximate)."
+            )
+        if self.parallel_threshold is not None and not 0.0 < self.parallel_threshold < 1.0:
+            raise ValueError(
+                f"parallel_threshold={self.parallel_threshold} must be a probability in (0, 1) (Fast-dLLM uses 0.9), "
+                "or None for LLaDA's fixed schedule."
+            )
+        if self.max_tokens_per_step is not None:
+            if self.max_tokens_per_step < 1:
+                raise ValueError(f"max_tokens_per_step={self.max_tokens_per_step} must be >= 1 or None (no cap).")
+            if self.parallel_threshold is None:
+                raise ValueError(
+                    f"max_tokens_per_step={self.max_tokens_per_step} caps confidence-threshold decoding only; set "
+                    "parallel_threshold (e.g. 0.9) or leave max_tokens_per_step=None."
+                )
         if self.cfg_scale < 0:
             raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
         if self.temperature < 0:

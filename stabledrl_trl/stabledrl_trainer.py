@@ -9,6 +9,7 @@ log-probabilities and only gains the new objectives.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import torch
@@ -145,6 +146,11 @@ class StableDRLTrainer(GRPOTrainer):
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
             )
             self._mask_token_id = self._dlm.mask_token_id
+            if args.rollout_cache != "none" and not self._dlm.supports_canvas_cache:
+                raise ValueError(
+                    f"rollout_cache={args.rollout_cache!r} needs LLaDA (a model with the canvas cache path); this "
+                    f"model is family {family!r}. Set rollout_cache='none'."
+                )
             self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
@@ -197,6 +203,7 @@ class StableDRLTrainer(GRPOTrainer):
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
+            started = time.perf_counter()
             with self.accelerator.autocast():
                 out = diffusion_generate(
                     self._adapter(unwrapped_model),
@@ -211,10 +218,17 @@ class StableDRLTrainer(GRPOTrainer):
                     cfg_scale=self.args.cfg_scale,
                     eos_token_ids=tuple(self.eos_token_ids),
                     generator=generator,
+                    cache=self.args.rollout_cache,
+                    threshold=self.args.parallel_threshold,
+                    max_tokens_per_step=self.args.max_tokens_per_step,
                 )
-        completion_ids = [
-            c[m.bool()].tolist() for c, m in zip(out.completion_ids.cpu(), out.completion_mask.cpu(), strict=True)
-        ]
+        completion_cpu, mask_cpu = out.completion_ids.cpu(), out.completion_mask.cpu()  # waits for the device
+        seconds = time.perf_counter() - started
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        metrics["stabledrl/rollout_seconds"].append(seconds)
+        metrics["stabledrl/rollout_forward_passes"].append(float(out.forward_passes.float().mean()))
+        metrics["stabledrl/rollout_tokens_per_s"].append(float(mask_cpu.sum()) / max(seconds, 1e-9))
+        completion_ids = [c[m.bool()].tolist() for c, m in zip(completion_cpu, mask_cpu, strict=True)]
         return completion_ids, None
 
     def _get_per_token_logps_and_entropies(

@@ -68,6 +68,11 @@ def test_every_new_field_is_documented():
             ["per_device_train_batch_size", "6", "multiple of 4"],
         ),
         (dict(loss_type="dgpo", beta=0.04), ["beta", "0.04"]),
+        (dict(rollout_cache="full"), ["rollout_cache", "full", "prefix", "dual"]),
+        (dict(parallel_threshold=1.0), ["parallel_threshold", "1.0", "0.9"]),
+        (dict(parallel_threshold=0.0), ["parallel_threshold", "0.0"]),
+        (dict(max_tokens_per_step=4), ["max_tokens_per_step", "4", "parallel_threshold"]),
+        (dict(parallel_threshold=0.9, max_tokens_per_step=0), ["max_tokens_per_step", "0"]),
     ],
 )
 def test_bad_values_fail_at_construction(tmp_path, kwargs, words):

@@ -462,3 +462,47 @@ def test_reward_error_mid_run_leaves_last_checkpoint_intact(tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(out / "checkpoint-2")
     for (name, p), q in zip(trainer.model.named_parameters(), reloaded.parameters(), strict=True):
         assert torch.equal(p.detach(), q.detach()), name  # the failed step changed nothing after checkpoint-2
+
+
+def test_rollout_mode_is_used_and_rollout_cost_is_logged(tmp_path, monkeypatch):
+    import stabledrl_trl.stabledrl_trainer as trainer_module
+
+    seen = []
+    original = trainer_module.diffusion_generate
+
+    def spy(*args, **kwargs):
+        seen.append({k: kwargs[k] for k in ("cache", "threshold", "max_tokens_per_step")})
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "diffusion_generate", spy)
+    args = make_args(
+        tmp_path, max_steps=1, rollout_cache="dual", parallel_threshold=0.9, max_tokens_per_step=2, block_length=4
+    )
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )  # fmt: skip
+    trainer.train()
+    assert seen and all(s == {"cache": "dual", "threshold": 0.9, "max_tokens_per_step": 2} for s in seen)
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    for h in logs:
+        assert h["stabledrl/rollout_seconds"] > 0 and h["stabledrl/rollout_tokens_per_s"] > 0
+        # 2 blocks of 4 steps' budget: between 2 (threshold reveals whole blocks) and 4 forwards per completion
+        assert 2 <= h["stabledrl/rollout_forward_passes"] <= 4
+
+
+def test_rollout_cache_refused_for_a_model_without_the_cache_path(tmp_path):
+    from stabledrl_trl.models.dream import DreamConfig, DreamModel
+
+    tok = build_tiny_tokenizer()
+    dream = DreamModel(
+        DreamConfig(
+            vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, mask_token_id=1, eos_token_id=0, pad_token_id=0,
+        )
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="rollout_cache='prefix' needs LLaDA"):
+        StableDRLTrainer(
+            model=dream, reward_funcs=digit_reward, args=make_args(tmp_path, rollout_cache="prefix"),
+            train_dataset=make_dataset(), processing_class=tok,
+        )  # fmt: skip
