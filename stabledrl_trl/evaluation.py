@@ -78,6 +78,7 @@ def evaluate_model(
     seed: int = 0,
     progress: bool = True,
     desc: str = "evaluating",
+    sampler_options: dict | None = None,
 ) -> dict:
     """Sample one completion per row of `dataset` and score it; returns accuracy, n and per-sample records.
 
@@ -87,6 +88,7 @@ def evaluate_model(
     reward_func_or_task: a TRL-style reward function, a `TaskSpec` or a registered task name (its correctness
         reward is used).
     progress / desc: show a tqdm bar over batches with this label.
+    sampler_options: further keyword arguments of the sampler (e.g. cache="prefix", threshold=0.9, top_k=50).
     Returns {"accuracy", "n" (rows scored), "num_rows", "records": [{"prompt", "completion", "answer", "reward"}]},
     where "prompt" is the rendered prompt text and "answer" the row's "answer" column (None when absent).
     """
@@ -129,6 +131,7 @@ def evaluate_model(
                 cfg_scale=cfg_scale,
                 eos_token_ids=adapter.eos_token_ids,
                 generator=generator,
+                **(sampler_options or {}),
             )
             texts = [
                 tokenizer.decode(row_ids[row_mask.bool()].tolist(), skip_special_tokens=True)
