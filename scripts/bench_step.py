@@ -46,6 +46,15 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--n-layers", type=int, default=4)
+    p.add_argument("--n-heads", type=int, default=4)
+    p.add_argument("--mlp", type=int, default=None, help="MLP width (default 2.75 x d_model)")
+    p.add_argument("--vocab-size", type=int, default=101, help="embedding rows (>= the tiny tokenizer's 101)")
+    p.add_argument("--bf16", action="store_true", help="bf16 weights and autocast (GPU)")
+    p.add_argument("--lora", action="store_true",
+                   help="LoRA as configs/llada_gsm8k_lora.yaml: r 128, alpha 64, dropout 0.05, all linear layers")
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--estimator-chunk-size", type=int, default=None)
+    p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--completion-length", type=int, default=64)
     p.add_argument("--block-length", type=int, default=32)
     p.add_argument("--diffusion-steps", type=int, default=32)
@@ -108,11 +117,27 @@ def main(argv=None) -> dict:
     a = make_parser().parse_args(argv)
     torch.set_num_threads(a.threads)
     tokenizer = build_tiny_tokenizer()
-    config = LLaDAConfig(**tiny_llada_config_dict(d_model=a.d_model, n_layers=a.n_layers, n_heads=4, n_kv_heads=4,
-                                                  mlp_hidden_size=int(2.75 * a.d_model)))  # fmt: skip
-    with torch.random.fork_rng(devices=[]):
+    config = LLaDAConfig(**tiny_llada_config_dict(
+        d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, n_kv_heads=a.n_heads,
+        mlp_hidden_size=a.mlp or int(2.75 * a.d_model), vocab_size=a.vocab_size, embedding_size=a.vocab_size,
+        max_sequence_length=4096, rope_theta=500000.0,
+    ))  # fmt: skip
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if a.bf16 else torch.float32
+    with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(0)
-        model = LLaDAModelLM(config)
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # built in its dtype on the device (an 8B float32 copy would not fit)
+        try:
+            model = LLaDAModelLM(config)
+        finally:
+            torch.set_default_dtype(default)
+    peft_config = None
+    if a.lora:
+        from peft import LoraConfig
+
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        peft_config = LoraConfig(r=128, lora_alpha=64, lora_dropout=0.05, target_modules=targets, task_type="CAUSAL_LM")
     prompts = [{"prompt": [{"role": "user", "content": f"sort {i:05d} {i * 7919 % 100000:05d}"}]} for i in range(64)]
 
     def reward(prompts, completions, **kwargs):
@@ -121,24 +146,28 @@ def main(argv=None) -> dict:
     timer = PhaseTimer()
     with tempfile.TemporaryDirectory() as out:
         args = StableDRLConfig(
-            output_dir=out, use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none",
+            output_dir=out, use_cpu=device == "cpu", bf16=a.bf16, report_to="none", temperature=a.temperature,
+            gradient_checkpointing=a.gradient_checkpointing, estimator_chunk_size=a.estimator_chunk_size,
             per_device_train_batch_size=a.num_generations, num_generations=a.num_generations,
             gradient_accumulation_steps=1, num_iterations=a.num_iterations, mc_samples=a.mc_samples,
             max_completion_length=a.completion_length, block_length=a.block_length,
             diffusion_steps=a.diffusion_steps, rollout_cache=a.rollout_cache,
             parallel_threshold=a.parallel_threshold, max_steps=a.warmup + a.steps, learning_rate=1e-5,
-            logging_steps=1, save_strategy="no", gradient_checkpointing=False, seed=0, disable_tqdm=True,
+            logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True,
         )  # fmt: skip
         TimedTrainer._phase_timer = timer
         clock_cb = StepClock(timer, a.warmup)
         trainer = TimedTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(prompts),
-                               processing_class=tokenizer, callbacks=[clock_cb])  # fmt: skip
+                               processing_class=tokenizer, callbacks=[clock_cb], peft_config=peft_config)  # fmt: skip
         timer.wrap(trainer, "_generate_single_turn", "rollout")
         timer.wrap(trainer, "_get_per_token_logps_and_entropies", "old-policy scoring",
                    when=lambda: not torch.is_grad_enabled())  # fmt: skip
         timer.wrap(trainer, "compute_loss", "forward")
         timer.wrap(trainer.accelerator, "backward", "backward")
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         trainer.train()
+        logs = [h for h in trainer.state.log_history if "stabledrl/rollout_tokens_per_s" in h]
 
     total = clock_cb.step_seconds
     measured = {phase: timer.totals[phase] for phase in PHASES}
@@ -153,6 +182,12 @@ def main(argv=None) -> dict:
         shares[phase] = seconds / total
         print(f"{phase:<22} {seconds / a.steps:>12.3f} {100 * shares[phase]:>6.1f}%")
     print(f"{'total':<22} {total / a.steps:>12.3f} {100.0:>6.1f}%")
+    if logs:
+        rate = sum(h["stabledrl/rollout_tokens_per_s"] for h in logs) / len(logs)
+        passes = sum(h["stabledrl/rollout_forward_passes"] for h in logs) / len(logs)
+        print(f"rollout: {rate:.1f} tokens/s, {passes:.1f} forward passes per completion (trainer logs)")
+    if device == "cuda":
+        print(f"peak GPU memory of the run: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     return shares
 
 
