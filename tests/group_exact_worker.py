@@ -16,7 +16,14 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(out_path: str, loss_type: str = "stable_drl", grad_accum: int = 2, steps_per_generation: int | None = None):
+def run(
+    out_path: str,
+    loss_type: str = "stable_drl",
+    grad_accum: int = 2,
+    steps_per_generation: int | None = None,
+    rollout_cache: str = "none",
+    parallel_threshold: float | None = None,
+):
     from accelerate.utils import gather_object
     from datasets import Dataset
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -67,6 +74,8 @@ def run(out_path: str, loss_type: str = "stable_drl", grad_accum: int = 2, steps
         likelihood_estimator="block_random",
         estimator_block_size=4,
         mc_samples=2,
+        rollout_cache=rollout_cache,
+        parallel_threshold=parallel_threshold,
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate)
     trainer = StableDRLTrainer(
@@ -144,6 +153,8 @@ def run(out_path: str, loss_type: str = "stable_drl", grad_accum: int = 2, steps
         "num_processes": trainer.accelerator.num_processes,
         "loss": loss.item(),
         "weights_min": out.stats["weights"].min().item(),
+        "rollout_forward_passes": [h["stabledrl/rollout_forward_passes"] for h in trainer.state.log_history
+                                   if "stabledrl/rollout_forward_passes" in h],
     }
     with open(out_path, "w") as f:
         json.dump(result, f)
@@ -155,5 +166,13 @@ if __name__ == "__main__":
     parser.add_argument("--out", required=True)
     parser.add_argument("--loss_type", default="stable_drl")
     parser.add_argument("--grad_accum", type=int, default=1)
+    parser.add_argument("--rollout_cache", default="none")
+    parser.add_argument("--parallel_threshold", type=float, default=None)
     parsed = parser.parse_args()
-    run(parsed.out, parsed.loss_type, parsed.grad_accum)
+    run(
+        parsed.out,
+        parsed.loss_type,
+        parsed.grad_accum,
+        rollout_cache=parsed.rollout_cache,
+        parallel_threshold=parsed.parallel_threshold,
+    )

@@ -52,3 +52,32 @@ def test_two_processes_equal_whole_batch(tmp_path):
     assert result["num_processes"] == 2 and result["num_groups"] == 2
     assert result["max_abs_update"] > 1e-3
     assert result["max_abs_diff"] < 1e-6, result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_with_dual_cache_and_threshold_rollouts(tmp_path):
+    # The approximate rollout modes inside the trainer under DDP (two gloo processes): training still runs and the
+    # update equals the whole-batch computation on the same rollouts.
+    out = tmp_path / "result.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", os.path.join(ROOT, "configs", "accelerate", "cpu_2proc.yaml"),
+        "--main_process_port", str(_free_port()),
+        os.path.join(HERE, "group_exact_worker.py"), "--out", str(out), "--grad_accum", "1",
+        "--rollout_cache", "dual", "--parallel_threshold", "0.5",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["num_processes"] == 2 and result["max_abs_update"] > 1e-3
+    assert result["max_abs_diff"] < 1e-6, result
+    assert result["rollout_forward_passes"] and all(1 <= f <= 4 for f in result["rollout_forward_passes"])
