@@ -11,10 +11,13 @@ logits are aligned with the input positions (shift Dream-style logits in the ada
 callee must mask the pad positions out of attention while keeping attention bidirectional; a row then gives the
 same output as the row alone (RoPE depends only on relative positions).
 
-Differences from LLaDA's reference code (the first two leave the result unchanged):
-- candidates, noise and confidences are computed for the current block's positions only, (B, block_length, V)
-  instead of (B, L, V): LLaDA gives every position outside the block -inf confidence anyway (earlier blocks are
-  fully revealed, later ones are excluded), so those candidates are never used;
+Differences from LLaDA's reference code (the first three leave the result unchanged):
+- logits, candidates, noise and confidences are computed for the current block's positions only, (B, block_length,
+  V) instead of (B, L, V): LLaDA gives every position outside the block -inf confidence anyway (earlier blocks are
+  fully revealed, later ones are excluded), so those candidates are never used. A logits_fn that accepts
+  `logits_to_keep` (a `DiffusionAdapter`) runs its output head on the block's positions only;
+- with `eos_token_ids`, a row whose completed blocks contain an EOS token leaves the batch, and decoding stops when
+  every row has: later blocks never change earlier tokens, so the completion up to its first EOS is the same;
 - Gumbel-max in log space, argmax(logits - T * log(-log u)) in float64, the same argmax as LLaDA's
   exp(logits) / (-log u)^T without its overflow for large logits or temperatures;
 - the mask token is never a candidate (its logit is set to -inf): a "revealed" mask token would leave the
@@ -22,9 +25,12 @@ Differences from LLaDA's reference code (the first two leave the result unchange
   matters for untrained models;
 - guidance and confidences are computed in at least float32 (LLaDA uses the model's dtype: bf16 probabilities tie
   often, and ties make the reveal order arbitrary);
-- randomness comes only from the `generator` argument; random remasking scores are float64 (ties practically
-  impossible) and, like the Gumbel noise, drawn for the current block only, so a row's draws depend only on its
-  batch index, not on the prompt lengths.
+- randomness comes only from the `generator` argument, through one generator per row seeded from it; random
+  remasking scores are float64 (ties practically impossible) and, like the Gumbel noise, drawn for the current block
+  only, so a row's draws depend only on its batch index, not on the prompt lengths or on which rows remain.
+
+Approximate modes (opt-in, `cache=`, `threshold=`): Fast-dLLM's prefix / dual key-value cache (arXiv 2505.22618) on a
+`CanvasCache` and confidence-threshold parallel decoding; see `generate`.
 """
 
 from __future__ import annotations
