@@ -511,7 +511,8 @@ def main(argv=None) -> list[dict]:
             mems[name] = measure_memory(name, mem_shape, False, args, fn, ids, mask)
             print(f"  {name:<20} {mems[name]:>9.0f} MiB")
             rows.append(dict(case=f"memory vocab {args.memory_vocab}", mode=name, peak_mem_mib=mems[name]))
-        print(f"  exact / previous default: {mems['exact'] / mems['previous default']:.3f}")
+        if mems["previous default"] > 0:
+            print(f"  exact / previous default: {mems['exact'] / mems['previous default']:.3f}")
 
     if args.json:
         keep = ("case", "mode", "tokens_per_s", "forward_passes", "peak_mem_mib", "match_rate", "overhead", "accuracy")
