@@ -121,7 +121,9 @@ def load_digit_sort(
     """
     from datasets import Dataset
 
-    formatter, instructions = choose_format("digit_sort", prompt_style, system_prompt, format_example, None, SYSTEM_PROMPT)
+    formatter, instructions = choose_format(
+        "digit_sort", prompt_style, system_prompt, format_example, None, SYSTEM_PROMPT
+    )
     if path is None and data_files is None:
         rows = Dataset.from_dict({"digits": split_digit_strings(split)})
     else:

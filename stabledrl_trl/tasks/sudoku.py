@@ -315,7 +315,9 @@ def sudoku_official_reward(prompts, completions, **kwargs) -> list[float | None]
             continue
         puzzle = normalize_puzzle(puzzle)
         solution = _solution_for(puzzle, solution)
-        rewards.append(None if solution is None else sudoku_official_score(completion_to_text(completion), puzzle, solution))
+        rewards.append(
+            None if solution is None else sudoku_official_score(completion_to_text(completion), puzzle, solution)
+        )
     return rewards
 
 

@@ -42,7 +42,9 @@ def test_official_prompts_word_for_word(tmp_path):
     assert ds[0]["prompt"][0]["content"].count(BS * 2 + "boxed") == 2  # two backslash characters, twice
 
     math_rows = tmp_path / "math.jsonl"
-    math_rows.write_text('{"problem": "Half of 1?", "solution": "It is $' + BS * 2 + 'boxed{' + BS * 2 + 'frac12}$."}\n')
+    math_rows.write_text(
+        '{"problem": "Half of 1?", "solution": "It is $' + BS * 2 + "boxed{" + BS * 2 + 'frac12}$."}\n'
+    )
     ds = load_task_dataset("math", "train", data_files=str(math_rows), prompt_style="official")
     assert ds[0]["prompt"] == [{"role": "user", "content": "Half of 1?" + request}]
     assert ds[0]["solution"] == "It is $" + BS + "boxed{" + BS + "frac12}$." and ds[0]["answer"] == BS + "frac12"
@@ -140,7 +142,9 @@ def test_math_official_table(completion, score):
 
 
 def test_math_official_columns_and_none():
-    assert math_official_reward(None, ["x", BS + "boxed{3}"], solution=[None, "$" + BS + "boxed{3}$"], answer=["3", None]) == [
+    assert math_official_reward(
+        None, ["x", BS + "boxed{3}"], solution=[None, "$" + BS + "boxed{3}$"], answer=["3", None]
+    ) == [
         -1.0,
         1.0,
     ]
@@ -204,7 +208,9 @@ def test_countdown_official_table(completion, numbers, target, score):
 
 def test_countdown_official_columns():
     # `nums` as the hub set names it; numbers may come as a string (CSV); rows without a target score None.
-    assert countdown_official_reward(None, ["<answer>1+2</answer>"] * 2, nums=["[1, 2]", [1, 2]], target=[3, None]) == [
+    assert countdown_official_reward(
+        None, ["<answer>1+2</answer>"] * 2, nums=["[1, 2]", [1, 2]], target=[3, None]
+    ) == [
         1.0,
         None,
     ]
@@ -332,7 +338,9 @@ def test_sudoku_official_table(completion, score):
 
 def test_sudoku_official_no_blank_and_solved_solution():
     # A puzzle without a blank scores 0 (the official rule), even for the right grid.
-    assert sudoku_official_reward(None, ["<answer>" + SOLUTION + "</answer>"], puzzle=[SOLUTION], solution=[SOLUTION]) == [0.0]
+    assert sudoku_official_reward(
+        None, ["<answer>" + SOLUTION + "</answer>"], puzzle=[SOLUTION], solution=[SOLUTION]
+    ) == [0.0]
     # Without a solution column the (unique) solution is solved for; "." blanks read as 0.
     from stabledrl_trl.tasks.sudoku import generate_puzzles
 
@@ -422,6 +430,8 @@ DISAGREEMENTS = [
 
 
 @pytest.mark.parametrize("tagged, official, columns, completion, tagged_score, official_score, why", DISAGREEMENTS)
-def test_tagged_and_official_grading_disagree(tagged, official, columns, completion, tagged_score, official_score, why):
+def test_tagged_and_official_grading_disagree(
+    tagged, official, columns, completion, tagged_score, official_score, why
+):
     assert tagged(None, [completion], **columns) == [tagged_score], why
     assert official(None, [completion], **columns) == [official_score], why
