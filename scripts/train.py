@@ -41,7 +41,8 @@ class TrainScriptArguments:
     num_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training rows."})
     num_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many held-out rows."})
     system_prompt: str | None = field(
-        default=None, metadata={"help": "Instructions before each question; None uses the task's default."}
+        default=None,
+        metadata={"help": "Instructions before each question (tagged prompts only); None uses the task's default."},
     )
     tiny_model: bool = field(
         default=False,
