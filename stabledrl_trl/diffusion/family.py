@@ -14,7 +14,10 @@ policy (with gradient) -> the objective in `objectives.py` -> `aggregate_loss`.
 Families registered here:
 - "llada", "masked_lm": full bidirectional attention. LLaDA's semi-autoregressive sampler
   (`diffusion/sampler.py`) and the estimators of `diffusion/estimators.py` on the rollout's fixed canvas.
-- "dream": the same interface; Dream's logits are realigned by the adapter.
+- "dream": Dream's own sampler (`diffusion/dream_sampler.py`: global schedule, entropy / maskgit_plus /
+  topk_margin / origin ranking) and the full-attention estimators; Dream's logits are realigned by the adapter.
+`StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
+sampler of `SAMPLERS`; `check_args` rejects settings that sampler would ignore.
 Autoregressive models have no family: the trainer keeps TRL's generation and exact log-probabilities.
 
 Adding a family: subclass `DiffusionFamily`, implement `generate` and `estimate` (and `estimator_passes` if its
@@ -27,15 +30,72 @@ import torch
 from torch import Tensor
 
 from .adapter import DiffusionAdapter
+from .dream_sampler import generate as dream_generate
 from .estimators import LikelihoodEstimate, estimate_likelihood, estimator_cost
 from .sampler import SamplerOutput
 from .sampler import generate as llada_generate
+
+
+def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
+    """LLaDA's semi-autoregressive sampler (`diffusion/sampler.py`) with the config's settings."""
+    return llada_generate(
+        adapter,
+        prompt_ids,
+        prompt_mask,
+        mask_token_id=adapter.mask_token_id,
+        gen_length=args.max_completion_length,
+        block_length=args.block_length,
+        steps=args.diffusion_steps,
+        temperature=args.temperature,
+        remasking=args.remasking,
+        cfg_scale=args.cfg_scale,
+        eos_token_ids=tuple(eos_token_ids),
+        generator=generator,
+    )
+
+
+def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
+    """Dream's sampler (`diffusion/dream_sampler.py`); GRPOConfig's top_p = 1 and top_k = 0 mean no filtering."""
+    return dream_generate(
+        adapter,
+        prompt_ids,
+        prompt_mask,
+        mask_token_id=adapter.mask_token_id,
+        gen_length=args.max_completion_length,
+        steps=args.diffusion_steps,
+        alg=args.dream_alg,
+        alg_temp=args.dream_alg_temp,
+        eps=args.dream_eps,
+        temperature=args.temperature,
+        top_p=args.top_p if args.top_p < 1 else None,
+        top_k=args.top_k if args.top_k else None,
+        eos_token_ids=tuple(eos_token_ids),
+        generator=generator,
+    )
+
+
+# Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects.
+SAMPLERS = {"llada": _llada_rollouts, "dream": _dream_rollouts}
 
 
 class DiffusionFamily:
     """Interface of a model family; see the module docstring."""
 
     name: str = "base"
+    # The family's own rollout sampler (a key of SAMPLERS), used when args.diffusion_sampler is "auto".
+    default_sampler: str | None = None
+
+    def sampler_name(self, args) -> str:
+        """The rollout sampler under `args`: `args.diffusion_sampler`, or the family's own for "auto"."""
+        choice = getattr(args, "diffusion_sampler", "auto")
+        return self.default_sampler if choice == "auto" else choice
+
+    def check_args(self, args) -> None:
+        """Raise (with the fix) if `args` sets what this family's rollouts would ignore; the trainer calls it once."""
+        from ..stabledrl_config import check_sampler_settings
+
+        if self.default_sampler is not None:
+            check_sampler_settings(args, self.sampler_name(args))
 
     def generate(
         self,
@@ -47,8 +107,14 @@ class DiffusionFamily:
         eos_token_ids: tuple[int, ...],
         generator: torch.Generator,
     ) -> SamplerOutput:
-        """prompt_ids, prompt_mask (B, P) left-padded -> SamplerOutput with completion_ids / completion_mask (B, C)."""
-        raise NotImplementedError
+        """prompt_ids, prompt_mask (B, P) left-padded -> SamplerOutput with completion_ids / completion_mask (B, C).
+
+        The default runs the sampler `sampler_name(args)` selects; families with their own decoding override it.
+        """
+        if self.default_sampler is None:
+            raise NotImplementedError
+        sampler = SAMPLERS[self.sampler_name(args)]
+        return sampler(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
 
     def estimate(
         self,
@@ -86,22 +152,7 @@ class MaskedDiffusionFamily(DiffusionFamily):
     """Full-attention masked diffusion LMs (LLaDA, masked LMs): LLaDA's sampler, canvas-based estimators."""
 
     name = "llada"
-
-    def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
-        return llada_generate(
-            adapter,
-            prompt_ids,
-            prompt_mask,
-            mask_token_id=adapter.mask_token_id,
-            gen_length=args.max_completion_length,
-            block_length=args.block_length,
-            steps=args.diffusion_steps,
-            temperature=args.temperature,
-            remasking=args.remasking,
-            cfg_scale=args.cfg_scale,
-            eos_token_ids=tuple(eos_token_ids),
-            generator=generator,
-        )
+    default_sampler = "llada"
 
     def estimate(self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id):
         # The sampler decodes a fixed canvas of max_completion_length positions, and the model sees the tail after
@@ -134,9 +185,11 @@ class MaskedDiffusionFamily(DiffusionFamily):
 
 
 class DreamFamily(MaskedDiffusionFamily):
-    """Dream / DiffuCoder: full attention, logits shifted by one (the adapter realigns them)."""
+    """Dream / DiffuCoder: full attention, logits shifted by one (the adapter realigns them); rollouts use Dream's
+    own sampler by default (`diffusion_sampler="llada"` selects LLaDA's), likelihoods the full-attention estimators."""
 
     name = "dream"
+    default_sampler = "dream"
 
 
 class MaskedLMFamily(MaskedDiffusionFamily):
