@@ -111,6 +111,33 @@ def block_causal_mask(
     return mask[:, None]  # (B, 1, Q, K)
 
 
+def two_copy_block_mask(positions: torch.Tensor, real: torch.Tensor, block_size: int) -> torch.Tensor:
+    """BD3-LM's mask for the 2n layout [noisy copy || clean copy] (same positions in both copies).
+
+    positions (B, L), real (B, L) bool for one copy. Returns (B, 1, 2L, 2L) bool, True = attend:
+    - a noisy query sees the noisy keys of its own block and the clean keys of strictly earlier blocks;
+    - a clean query sees the clean keys of its own and earlier blocks (block-causal, as at inference), never a
+      noisy key.
+    So the noisy copy's logits of block b are the model's denoising prediction of block b given the clean history:
+    every block's denoising term in one forward (arXiv 2503.09573, Sec. 3.2; SDAR's training layout).
+    A padding query with no visible key sees itself, so no softmax row is empty.
+    """
+    blk = torch.div(positions, block_size, rounding_mode="floor")  # (B, L)
+    q, k = blk[:, :, None], blk[:, None, :]  # (B, L, 1), (B, 1, L)
+    keys = real[:, None, :]  # (B, 1, L)
+    noisy_noisy = (k == q) & keys
+    noisy_clean = (k < q) & keys
+    clean_clean = (k <= q) & keys
+    top = torch.cat([noisy_noisy, noisy_clean], dim=-1)  # (B, L, 2L)
+    bottom = torch.cat([torch.zeros_like(clean_clean), clean_clean], dim=-1)
+    mask = torch.cat([top, bottom], dim=1)  # (B, 2L, 2L)
+    empty = ~mask.any(-1, keepdim=True)
+    if bool(empty.any()):
+        eye = torch.eye(mask.shape[-1], dtype=torch.bool, device=mask.device)
+        mask = mask | (empty & eye)
+    return mask[:, None]
+
+
 class SDARModel(Qwen3Model):
     """SDAR's transformer body: `Qwen3Model` with block-causal attention and padding-aware positions."""
 
