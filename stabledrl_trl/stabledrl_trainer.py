@@ -145,6 +145,7 @@ class StableDRLTrainer(GRPOTrainer):
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
             )
             self._mask_token_id = self._dlm.mask_token_id
+            self._family_impl.check(args, unwrapped)
             self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
