@@ -13,6 +13,7 @@ from .diffusion.dream_sampler import DREAM_ALGORITHMS
 OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
 TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
+REWARD_TEXTS = ("completion", "canvas")
 ESTIMATOR_NAMES = ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled")
 
 # GRPOConfig defaults this config changes, with the reason. Listed in the README too.
@@ -187,6 +188,17 @@ class StableDRLConfig(GRPOConfig):
         metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
     )
 
+    # ---- Reward text: what the reward functions grade ----
+    reward_text: str = field(
+        default="completion",
+        metadata={
+            "help": "Text the reward functions receive as `completions`: 'completion' (TRL's: the completion up to "
+            "and including the first EOS, decoded without special tokens) or 'canvas' (the official StableDRL "
+            "code's: the whole decoded generation canvas without special tokens, so text after the first EOS is "
+            "graded too; diffusion LMs only). The trained tokens (`completion_ids`) are the same either way."
+        },
+    )
+
     def __post_init__(self):
         # Layout checks first: TRL's own check on the same numbers gives a less specific message.
         if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
@@ -254,6 +266,11 @@ class StableDRLConfig(GRPOConfig):
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0.")
         self._check_sampler_choice()
+        if self.reward_text not in REWARD_TEXTS:
+            raise ValueError(
+                f"reward_text={self.reward_text!r}; choose 'completion' (the text up to the first EOS) or 'canvas' "
+                "(the whole decoded generation canvas, as the official StableDRL code grades it)."
+            )
         # LLaDA's sampler layout (only used for diffusion models, but a bad value is a bad value); Dream's sampler
         # has no blocks, so its settings are checked instead when it is chosen explicitly.
         from .diffusion.sampler import validate_sampler_args

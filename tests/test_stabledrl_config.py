@@ -79,6 +79,8 @@ def test_every_new_field_is_documented():
         (dict(diffusion_sampler="llada", dream_alg="maskgit_plus"), ["dream_alg", "maskgit_plus", "'dream'"]),
         (dict(diffusion_sampler="llada", top_p=0.95), ["top_p", "0.95", "LLaDA"]),
         (dict(diffusion_sampler="llada", top_k=20), ["top_k", "20", "LLaDA"]),
+        # reward text
+        (dict(reward_text="full"), ["reward_text", "full", "'canvas'", "'completion'"]),
     ],
 )
 def test_bad_values_fail_at_construction(tmp_path, kwargs, words):

@@ -514,3 +514,87 @@ def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path)
             train_dataset=make_dataset(),
             processing_class=build_tiny_tokenizer(),
         )
+
+
+# ---- reward_text: the completion up to the first EOS (TRL) or the whole rollout canvas (official StableDRL)
+
+
+def _canvas_rollouts(tok, calls):
+    """A family `generate` stand-in: row k of the run gets the canvas  "<k%10>" EOS "a<k>"  then EOS padding."""
+    from stabledrl_trl.diffusion.sampler import SamplerOutput
+
+    def encode(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    def generate(adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+        rows, masks = [], []
+        for _ in range(prompt_ids.size(0)):
+            k = len(calls)
+            head, tail = encode(str(k % 10)) + [tok.eos_token_id], encode(f"a{k}")
+            canvas = head + tail
+            canvas += [tok.eos_token_id] * (args.max_completion_length - len(canvas))
+            rows.append(canvas)
+            masks.append([1] * len(head) + [0] * (len(canvas) - len(head)))
+            calls.append((f"{k % 10}", f"{k % 10}a{k}", head))
+        return SamplerOutput(torch.tensor(rows), torch.tensor(masks))
+
+    return generate
+
+
+@pytest.mark.parametrize("conversational", [True, False])
+@pytest.mark.parametrize("reward_text", ["completion", "canvas"])
+def test_reward_text_grades_the_cut_completion_or_the_whole_canvas(tmp_path, monkeypatch, reward_text, conversational):
+    tok = build_tiny_tokenizer()
+    seen = []
+
+    def recording_reward(prompts, completions, completion_ids, **kw):
+        seen.append((list(completions), [list(ids) for ids in completion_ids]))
+        return [float(i) for i in range(len(completions))]  # varied: non-zero advantages
+
+    dataset = make_dataset()
+    if not conversational:
+        dataset = Dataset.from_list([{"prompt": f"{i}+{i + 1}="} for i in range(8)])
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=recording_reward,
+        args=make_args(tmp_path, max_steps=2, reward_text=reward_text),
+        train_dataset=dataset,
+        processing_class=tok,
+    )
+    calls = []
+    monkeypatch.setattr(trainer._family_impl, "generate", _canvas_rollouts(tok, calls))
+    trainer.train()
+
+    assert len(seen) == 2 and len(calls) == 8  # two generation batches of 4 rows
+    texts = [c for batch, _ in seen for c in batch]
+    expected_text = [canvas if reward_text == "canvas" else cut for cut, canvas, _ in calls]
+    if conversational:
+        assert texts == [[{"role": "assistant", "content": t}] for t in expected_text]
+    else:
+        assert texts == expected_text
+    # the trained tokens (and the completion_ids the reward sees) end at the EOS either way
+    assert [ids for _, batch in seen for ids in batch] == [head for _, _, head in calls]
+
+
+def test_reward_text_canvas_is_refused_for_autoregressive_models(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    with pytest.raises(ValueError, match="reward_text='canvas'.*autoregressively.*reward_text='completion'"):
+        StableDRLTrainer(
+            model=LlamaForCausalLM(config),
+            reward_funcs=digit_reward,
+            args=make_args(tmp_path, reward_text="canvas"),
+            train_dataset=make_dataset(),
+            processing_class=tok,
+        )
