@@ -7,9 +7,12 @@
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (max_completion_length, block_length, diffusion_steps, temperature, remasking,
-cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. Completions are sampled in batches of
-left-padded prompts with a progress bar; the accuracy and every sample's prompt, completion, gold answer and reward
-are written as JSON to `--output_file`.
+cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. The prompt style (tagged or official)
+follows the same precedence (default "tagged"), and so does the grading (`reward_style`, default: the prompt style):
+"tagged" scores with the task's correctness reward (1 / 0), "official" counts completions earning the task's full
+official StableDRL score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0). Completions are sampled in batches of
+left-padded prompts with a progress bar; the accuracy, the grading used and every sample's prompt, completion, gold
+answer and reward are written as JSON to `--output_file`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,21 @@ class EvaluateArguments:
     dataset_seed: int = field(default=0, metadata={"help": "Seed of the row selection when num_samples is set."})
     system_prompt: str | None = field(
         default=None, metadata={"help": "Instructions before each question; None uses the task's default."}
+    )
+    prompt_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "'tagged' or 'official' prompts (stabledrl_trl.tasks); None: the training config's prompt_style, "
+            "else 'tagged'."
+        },
+    )
+    reward_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "Grading of the accuracy: 'tagged' (the task's correctness reward, 1 / 0) or 'official' (the "
+            "fraction of completions earning the task's full official StableDRL score). None: the training "
+            "config's reward_style, else the prompt style."
+        },
     )
     training_config: str | None = field(
         default=None,
@@ -115,6 +133,31 @@ def sampler_settings(args: EvaluateArguments) -> dict:
     return settings
 
 
+def _training_value(args: EvaluateArguments, key: str):
+    """`key` of the training YAML (None without one, or when it does not set it)."""
+    if args.training_config is None:
+        return None
+    import yaml
+
+    with open(args.training_config) as f:
+        training = yaml.safe_load(f) or {}
+    return training.get(key) if isinstance(training, dict) else None
+
+
+def prompt_style(args: EvaluateArguments) -> str:
+    """Explicit flag > the training YAML's prompt_style > "tagged"."""
+    if args.prompt_style is not None:
+        return args.prompt_style
+    return _training_value(args, "prompt_style") or "tagged"
+
+
+def reward_style(args: EvaluateArguments) -> str:
+    """The grading: explicit flag > the training YAML's reward_style > the prompt style (as in training)."""
+    if args.reward_style is not None:
+        return args.reward_style
+    return _training_value(args, "reward_style") or prompt_style(args)
+
+
 def load_model(args: EvaluateArguments):
     """(model, tokenizer, is_adapter): a full model, or a LoRA adapter on its base model (not merged)."""
     import torch
@@ -153,7 +196,7 @@ def load_model(args: EvaluateArguments):
 
 
 def main(args: EvaluateArguments | None = None, argv=None) -> dict:
-    from stabledrl_trl.evaluation import evaluate_model
+    from stabledrl_trl.evaluation import evaluate_model, resolve_grading
     from stabledrl_trl.tasks import get_task, load_task_dataset
 
     if args is None:
@@ -166,6 +209,8 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
             raise ValueError(f"num_threads must be a positive integer or None, got {args.num_threads}.")
         torch.set_num_threads(args.num_threads)
     settings = sampler_settings(args)
+    grading = reward_style(args)
+    resolve_grading(task, grading)  # a bad grading fails before the model loads
     model, tokenizer, is_adapter = load_model(args)
     dataset = load_task_dataset(
         args.task,
@@ -175,6 +220,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         num_samples=args.num_samples,
         system_prompt=args.system_prompt,
         seed=args.dataset_seed,
+        prompt_style=prompt_style(args),
     )
     result = evaluate_model(
         model,
@@ -185,6 +231,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         batch_size=args.batch_size,
         seed=args.seed,
         progress=args.progress,
+        grading=grading,
     )
     output = {
         "model": args.model_name_or_path,
@@ -194,11 +241,18 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         "accuracy": result["accuracy"],
         "n": result["n"],
         "num_rows": result["num_rows"],
+        "grading": result["grading"],
+        "grading_rule": result["grading_rule"],
+        "full_score": result["full_score"],
         "sampler": settings,
         "seed": args.seed,
         "records": result["records"],
     }
-    print(f"{task.name} {args.split}: accuracy {result['accuracy']:.4f} on {result['n']} samples", flush=True)
+    print(
+        f"{task.name} {args.split}: accuracy {result['accuracy']:.4f} on {result['n']} samples "
+        f"({result['grading']} grading)",
+        flush=True,
+    )
     if args.output_file is not None:
         os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)
         with open(args.output_file, "w") as f:

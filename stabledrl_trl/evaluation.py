@@ -5,8 +5,14 @@ conversational prompts, the text as is otherwise), left-pads batches of prompts 
 row's completion does not depend on its batch at temperature 0), samples completions with LLaDA's sampler
 (`stabledrl_trl.diffusion.sampler.generate`), decodes each completion up to its first EOS / end-of-turn token without
 special tokens (as TRL does), and scores it with the reward following TRL's protocol
-`reward(prompts, completions, **columns)`. Accuracy is the mean reward over the rows the reward scores (a None
-reward, TRL's "not applicable", is left out). All randomness comes from one `torch.Generator` seeded with `seed`.
+`reward(prompts, completions, **columns)`. All randomness comes from one `torch.Generator` seeded with `seed`.
+
+Grading (`grading`, for a task):
+- "tagged": the task's correctness reward (1 / 0); accuracy = mean reward over the rows it scores (a None reward,
+  TRL's "not applicable", is left out). A reward function passed directly is graded the same way ("custom").
+- "official": the task's official StableDRL reward (`TaskSpec.official_reward`, without the anti-short-boxed term);
+  accuracy = fraction of the scored rows whose score is the task's full score (`TaskSpec.official_full_score`:
+  GSM8K / MATH +1 of +-1, Countdown 1 of 1 / 0.1 / 0, Sudoku 1.0 = every blank cell right).
 """
 
 from __future__ import annotations
@@ -33,6 +39,42 @@ def resolve_reward(reward_func_or_task) -> Callable:
     raise ValueError(
         f"reward_func_or_task must be a task name, a TaskSpec or a reward function, got {reward_func_or_task!r}."
     )
+
+
+GRADINGS = ("tagged", "official")
+
+
+def resolve_grading(reward_func_or_task, grading: str | None = None) -> tuple[Callable, str, float | None]:
+    """(reward function, grading name, full score): the full score is None when accuracy is the mean reward.
+
+    grading: "tagged" (default for a task), "official", or None; a reward function passed directly is "custom".
+    """
+    from .tasks import TaskSpec, get_task
+
+    if grading is not None and grading not in GRADINGS:
+        raise ValueError(f"grading={grading!r}; choose one of {', '.join(GRADINGS)} (or None for 'tagged').")
+    task = get_task(reward_func_or_task) if isinstance(reward_func_or_task, str) else reward_func_or_task
+    if not isinstance(task, TaskSpec):
+        if grading == "official":
+            raise ValueError(
+                "grading='official' grades with a task's official reward: pass the task (its name or TaskSpec) "
+                "instead of a reward function."
+            )
+        return resolve_reward(reward_func_or_task), "custom", None
+    if grading == "official":
+        if task.official_reward is None:
+            raise ValueError(
+                f"grading='official': task {task.name!r} has no official StableDRL grading; use grading='tagged'."
+            )
+        return task.official_reward, "official", task.official_full_score
+    return task.correctness_reward, "tagged", None
+
+
+GRADING_RULES = {
+    "tagged": "mean of the task's tagged correctness reward (1 / 0)",
+    "official": "fraction of completions whose official StableDRL score is the task's full score",
+    "custom": "mean of the given reward function",
+}
 
 
 def render_prompt(tokenizer, prompt) -> str:
@@ -78,6 +120,7 @@ def evaluate_model(
     seed: int = 0,
     progress: bool = True,
     desc: str = "evaluating",
+    grading: str | None = None,
     sampler_options: dict | None = None,
 ) -> dict:
     """Sample one completion per row of `dataset` and score it; returns accuracy, n and per-sample records.
@@ -89,12 +132,16 @@ def evaluate_model(
         reward is used).
     progress / desc: show a tqdm bar over batches with this label.
     sampler_options: further keyword arguments of the sampler (e.g. cache="prefix", threshold=0.9, top_k=50).
-    Returns {"accuracy", "n" (rows scored), "num_rows", "records": [{"prompt", "completion", "answer", "reward"}]},
-    where "prompt" is the rendered prompt text and "answer" the row's "answer" column (None when absent).
+    grading: for a task, "tagged" (None: the correctness reward) or "official" (the official StableDRL reward;
+        accuracy counts completions earning the full score); see the module docstring.
+    Returns {"accuracy", "n" (rows scored), "num_rows", "grading", "grading_rule", "full_score" (official: the score
+    counted as correct, else None), "records": [{"prompt", "completion", "answer", "reward"}]} ("correct" is added
+    to each record under official grading), where "prompt" is the rendered prompt text and "answer" the row's
+    "answer" column (None when absent).
     """
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    reward_func = resolve_reward(reward_func_or_task)
+    reward_func, grading, full_score = resolve_grading(reward_func_or_task, grading)
     adapter = model if isinstance(model, DiffusionAdapter) else as_diffusion_lm(model, tokenizer)
     validate_sampler_args(gen_length, block_length, steps, temperature, remasking, cfg_scale, adapter.mask_token_id)
     rows = [dict(row) for row in dataset]
@@ -159,6 +206,19 @@ def evaluate_model(
         if module is not None and was_training:
             module.train()
 
-    scored = [r["reward"] for r in records if r["reward"] is not None]
+    if full_score is not None:  # official grading: a completion is right when it earns the full score
+        for record in records:
+            record["correct"] = None if record["reward"] is None else record["reward"] >= full_score
+        scored = [float(r["correct"]) for r in records if r["correct"] is not None]
+    else:
+        scored = [r["reward"] for r in records if r["reward"] is not None]
     accuracy = sum(scored) / len(scored) if scored else float("nan")
-    return {"accuracy": accuracy, "n": len(scored), "num_rows": len(records), "records": records}
+    return {
+        "accuracy": accuracy,
+        "n": len(scored),
+        "num_rows": len(records),
+        "grading": grading,
+        "grading_rule": GRADING_RULES[grading],
+        "full_score": full_score,
+        "records": records,
+    }

@@ -7,10 +7,13 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .diffusion.dream_sampler import DREAM_ALGORITHMS
+
 # Loss types implemented in this package; TRL's own loss types keep working as baselines.
 OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
 TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
+REWARD_TEXTS = ("completion", "canvas")
 ESTIMATOR_NAMES = ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled")
 
 # GRPOConfig defaults this config changes, with the reason. Listed in the README too.
@@ -97,7 +100,7 @@ class StableDRLConfig(GRPOConfig):
     )
     cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
 
-    # Fast rollouts: approximate, opt-in decoding modes (the defaults decode exactly; see the README's risks)
+    # ---- Fast rollouts: approximate, opt-in decoding modes of LLaDA's sampler (defaults are exact; README) ----
     rollout_cache: str = field(
         default="none",
         metadata={
@@ -118,6 +121,35 @@ class StableDRLConfig(GRPOConfig):
             "help": "Cap on the positions parallel_threshold reveals in one step (the schedule's own count is "
             "always allowed); None = no cap. Needs parallel_threshold."
         },
+    )
+
+    # ---- Sampler choice and Dream's sampler (Dream-v0 / DiffuCoder `diffusion_generate`) ----
+    diffusion_sampler: str = field(
+        default="auto",
+        metadata={
+            "help": "Rollout sampler of a diffusion LM: 'auto' (the family's own: Dream's for Dream / DiffuCoder, "
+            "LLaDA's otherwise), 'llada' (semi-autoregressive blocks; block_length, remasking, cfg_scale) or "
+            "'dream' (one global schedule, no blocks; dream_alg, dream_alg_temp, dream_eps, top_p, top_k)."
+        },
+    )
+    dream_alg: str = field(
+        default="entropy",
+        metadata={
+            "help": "Dream sampler: which masked positions to reveal, one of "
+            f"{list(DREAM_ALGORITHMS)}. 'entropy' (lowest entropy first) is what Dream's README and DiffuCoder use; "
+            "'maskgit_plus' = highest top probability, 'topk_margin' = largest top1 - top2 gap, 'origin' = random."
+        },
+    )
+    dream_alg_temp: float = field(
+        default=0.0,
+        metadata={
+            "help": "Dream sampler: 0 reveals the most confident positions; > 0 draws them from "
+            "softmax(confidence / dream_alg_temp)."
+        },
+    )
+    dream_eps: float = field(
+        default=1e-3,
+        metadata={"help": "Dream sampler: final time of the schedule t = linspace(1, eps, steps + 1), in [0, 1)."},
     )
 
     # Likelihood estimation
@@ -154,6 +186,39 @@ class StableDRLConfig(GRPOConfig):
             "help": "'fresh': new random masks at every inner step, old policy scored once after generation "
             "(official StableDRL). 'shared': one mask seed per inner iteration, used for the current, old and "
             "reference policies alike (d1)."
+        },
+    )
+
+    # ---- Block diffusion (SDAR, TraDo): rollouts of block-causal models (their block size is the model's
+    # config.block_size; temperature, top_k and top_p are GRPOConfig's fields)
+    block_denoising_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Denoising steps per block for block-diffusion models (SDAR, TraDo); None = the model's block "
+            "size (one token per step at least, SDAR's and TraceRL's setting)."
+        },
+    )
+    block_remasking: str = field(
+        default="low_confidence_dynamic",
+        metadata={
+            "help": "Block-diffusion reveal rule: 'low_confidence_dynamic' (every token above "
+            "block_confidence_threshold, at least the step's scheduled count; TraceRL's rollouts) or "
+            "'low_confidence_static' (the scheduled count, most confident first)."
+        },
+    )
+    block_confidence_threshold: float = field(
+        default=0.9,
+        metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
+    )
+
+    # ---- Reward text: what the reward functions grade ----
+    reward_text: str = field(
+        default="completion",
+        metadata={
+            "help": "Text the reward functions receive as `completions`: 'completion' (TRL's: the completion up to "
+            "and including the first EOS, decoded without special tokens) or 'canvas' (the official StableDRL "
+            "code's: the whole decoded generation canvas without special tokens, so text after the first EOS is "
+            "graded too; diffusion LMs only). The trained tokens (`completion_ids`) are the same either way."
         },
     )
 
@@ -240,20 +305,117 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0.")
-        # Sampler layout (only used for diffusion models, but a bad value is a bad value).
+        self._check_sampler_choice()
+        if self.reward_text not in REWARD_TEXTS:
+            raise ValueError(
+                f"reward_text={self.reward_text!r}; choose 'completion' (the text up to the first EOS) or 'canvas' "
+                "(the whole decoded generation canvas, as the official StableDRL code grades it)."
+            )
+        # LLaDA's sampler layout (only used for diffusion models, but a bad value is a bad value); Dream's sampler
+        # has no blocks, so its settings are checked instead when it is chosen explicitly.
         from .diffusion.sampler import validate_sampler_args
 
-        validate_sampler_args(
-            gen_length=self.max_completion_length,
-            block_length=self.block_length,
-            steps=self.diffusion_steps,
-            temperature=self.temperature,
-            remasking=self.remasking,
-            cfg_scale=self.cfg_scale,
-            mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
-        )
+        if self.diffusion_sampler != "dream":
+            validate_sampler_args(
+                gen_length=self.max_completion_length,
+                block_length=self.block_length,
+                steps=self.diffusion_steps,
+                temperature=self.temperature,
+                remasking=self.remasking,
+                cfg_scale=self.cfg_scale,
+                mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
+            )
+        # Block diffusion (SDAR, TraDo)
+        from .diffusion.block_sampler import REMASKING_STRATEGIES
+
+        if self.block_remasking not in REMASKING_STRATEGIES:
+            raise ValueError(
+                f"block_remasking={self.block_remasking!r}; choose one of {list(REMASKING_STRATEGIES)}."
+            )
+        if not 0.0 <= self.block_confidence_threshold <= 1.0:
+            raise ValueError(
+                f"block_confidence_threshold={self.block_confidence_threshold} must be in [0, 1]; TraceRL uses 0.9."
+            )
+        if self.block_denoising_steps is not None and self.block_denoising_steps < 1:
+            raise ValueError(
+                f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
+            )
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
         if self.loss_type in OWN_LOSS_TYPES and self.beta != 0.0:
             raise ValueError(
                 f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
                 "none). Set beta=0.0, or use one of TRL's loss types (e.g. 'grpo') for a KL-regularised baseline."
+            )
+
+    # ---- Sampler choice and Dream's sampler ----
+    def _check_sampler_choice(self) -> None:
+        """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
+        ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
+        from .diffusion.dream_sampler import validate_dream_sampler_args
+
+        if self.diffusion_sampler not in ("auto", "llada", "dream"):
+            raise ValueError(
+                f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler), "
+                "'llada' or 'dream'."
+            )
+        validate_dream_sampler_args(
+            gen_length=self.max_completion_length,
+            steps=self.diffusion_steps,
+            alg=self.dream_alg,
+            alg_temp=self.dream_alg_temp,
+            eps=self.dream_eps,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k if self.top_k else None,
+        )
+        if self.diffusion_sampler in ("llada", "dream"):
+            check_sampler_settings(self, self.diffusion_sampler)
+
+
+DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
+
+
+# Defaults of the approximate rollout modes, which only LLaDA's sampler has (the caches only on LLaDA models).
+FAST_ROLLOUT_DEFAULTS = {"rollout_cache": "none", "parallel_threshold": None, "max_tokens_per_step": None}
+
+
+def fast_rollout_settings(args) -> dict:
+    """The approximate rollout modes `args` turns on (fields of FAST_ROLLOUT_DEFAULTS not at their default)."""
+    return {k: getattr(args, k) for k, v in FAST_ROLLOUT_DEFAULTS.items() if getattr(args, k, v) != v}
+
+
+def check_sampler_settings(args, sampler: str) -> None:
+    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
+    if sampler == "dream":
+        fast = fast_rollout_settings(args)
+        if fast:
+            raise ValueError(
+                f"{fast} are approximate modes of LLaDA's sampler; Dream's sampler has none. Leave them at their "
+                f"defaults {FAST_ROLLOUT_DEFAULTS} or set diffusion_sampler='llada'."
+            )
+        if args.remasking != "low_confidence":
+            raise ValueError(
+                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
+                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
+            )
+        if args.cfg_scale != 0:
+            raise ValueError(
+                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
+                "diffusion_sampler='llada'."
+            )
+    else:
+        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
+        if changed:
+            raise ValueError(
+                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
+                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
+                f"{DREAM_SAMPLER_DEFAULTS}."
+            )
+        if args.top_p != 1.0 or args.top_k:
+            raise ValueError(
+                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
+                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
             )

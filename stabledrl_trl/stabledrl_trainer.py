@@ -24,8 +24,7 @@ from trl.trainer.utils import (
 )
 
 from .diffusion.adapter import as_diffusion_lm, detect_family
-from .diffusion.estimators import estimate_likelihood, estimator_cost
-from .diffusion.sampler import generate as diffusion_generate
+from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, row_seeds
 from .objectives import (
     aggregate_loss,
@@ -84,7 +83,7 @@ class StableDRLTrainer(GRPOTrainer):
     Same constructor as `trl.GRPOTrainer`; `args` is a `StableDRLConfig` (a plain `GRPOConfig` is refused with a
     message saying to swap the class name).
 
-    TRL hooks overridden, and why (tests/test_trainer_hooks.py checks each still exists in TRL with the expected
+    TRL hooks overridden, and why (tests/test_stabledrl_trainer.py checks each still exists in TRL with the expected
     signature and runs during a training step):
     - `_generate_single_turn`: diffusion LMs decode with the masked-diffusion sampler instead of `model.generate`.
     - `_get_per_token_logps_and_entropies`: diffusion LMs have no exact log-probs; the chosen estimator supplies
@@ -94,7 +93,8 @@ class StableDRLTrainer(GRPOTrainer):
     - `_prepare_inputs`: shuffles whole groups instead of rows, so every micro-batch holds whole groups (the
       self-normalised objectives are then exact under accumulation and data parallelism).
     - `_calculate_rewards`: a non-finite reward (inf, or NaN from every function) drops its sample from the group's
-      normalisation instead of entering the advantages.
+      normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
+      row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
     - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation.
 
     Mask seeds (`mask_seed_mode`), forward passes per completion with an estimator of cost K (K = mc_samples for
@@ -134,6 +134,9 @@ class StableDRLTrainer(GRPOTrainer):
         family = detect_family(unwrapped)
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
         self._family = family
+        self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
+        if self._family_impl is not None:
+            self._family_impl.check(args, unwrapped)  # e.g. top_p with LLaDA's sampler, remasking with Dream's
         self._dlm = None
         if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
             raise ValueError(
@@ -146,17 +149,44 @@ class StableDRLTrainer(GRPOTrainer):
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
             )
             self._mask_token_id = self._dlm.mask_token_id
-            if args.rollout_cache != "none" and not self._dlm.supports_canvas_cache:
-                raise ValueError(
-                    f"rollout_cache={args.rollout_cache!r} needs LLaDA (a model with the canvas cache path); this "
-                    f"model is family {family!r}. Set rollout_cache='none'."
-                )
             self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
+        self._check_reward_text(args)
+        self._canvas_ids: list[list[int]] | None = None  # reward_text="canvas": this process's last rollout canvases
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
         self._nonfinite_reward_rows = None
 
     # ------------------------------------------------------------------ helpers
+
+    def _check_reward_text(self, args) -> None:
+        """reward_text="canvas" needs a diffusion rollout canvas of exactly the rows TRL scores."""
+        if args.reward_text != "canvas":
+            return
+        if not self.is_diffusion:
+            raise ValueError(
+                "reward_text='canvas' grades the whole generation canvas of a diffusion LM, but this model generates "
+                "autoregressively (no canvas, nothing after its EOS); set reward_text='completion'."
+            )
+        if self.rollout_func is not None or self.tools:
+            raise ValueError(
+                "reward_text='canvas' is not available with rollout_func or tools (their completions are not one "
+                "sampler canvas per row); set reward_text='completion'."
+            )
+
+    def _canvas_completions(self, completions: list) -> list:
+        """`completions` with each text replaced by its row's decoded canvas (special tokens skipped), in the
+        structure TRL builds: a string, or one assistant message for conversational prompts."""
+        canvases, self._canvas_ids = self._canvas_ids, None
+        if canvases is None or len(canvases) != len(completions):
+            raise RuntimeError(
+                f"reward_text='canvas': expected the rollout canvases of the {len(completions)} completions being "
+                f"scored, found {'none' if canvases is None else len(canvases)}."
+            )
+        texts = self.processing_class.batch_decode(canvases, skip_special_tokens=True)
+        return [
+            text if isinstance(c, str) else [{"role": "assistant", "content": text}]
+            for c, text in zip(completions, texts, strict=True)
+        ]
 
     def _adapter(self, model):
         return as_diffusion_lm(
@@ -205,30 +235,24 @@ class StableDRLTrainer(GRPOTrainer):
         ):
             started = time.perf_counter()
             with self.accelerator.autocast():
-                out = diffusion_generate(
+                out = self._family_impl.generate(
                     self._adapter(unwrapped_model),
                     padded,
                     mask,
-                    mask_token_id=self._mask_token_id,
-                    gen_length=self.args.max_completion_length,
-                    block_length=self.args.block_length,
-                    steps=self.args.diffusion_steps,
-                    temperature=self.args.temperature,
-                    remasking=self.args.remasking,
-                    cfg_scale=self.args.cfg_scale,
+                    self.args,
                     eos_token_ids=tuple(self.eos_token_ids),
                     generator=generator,
-                    cache=self.args.rollout_cache,
-                    threshold=self.args.parallel_threshold,
-                    max_tokens_per_step=self.args.max_tokens_per_step,
                 )
         completion_cpu, mask_cpu = out.completion_ids.cpu(), out.completion_mask.cpu()  # waits for the device
         seconds = time.perf_counter() - started
         metrics = self._metrics["train" if self.model.training else "eval"]
         metrics["stabledrl/rollout_seconds"].append(seconds)
-        metrics["stabledrl/rollout_forward_passes"].append(float(out.forward_passes.float().mean()))
+        if out.forward_passes is not None:
+            metrics["stabledrl/rollout_forward_passes"].append(float(out.forward_passes.float().mean()))
         metrics["stabledrl/rollout_tokens_per_s"].append(float(mask_cpu.sum()) / max(seconds, 1e-9))
         completion_ids = [c[m.bool()].tolist() for c, m in zip(completion_cpu, mask_cpu, strict=True)]
+        if self.args.reward_text == "canvas":
+            self._canvas_ids = completion_cpu.tolist()  # (B, C): the whole canvas, after the EOS too
         return completion_ids, None
 
     def _get_per_token_logps_and_entropies(
@@ -247,43 +271,28 @@ class StableDRLTrainer(GRPOTrainer):
         prompt_ids, completion_ids = input_ids[:, :-logits_to_keep], input_ids[:, -logits_to_keep:]  # (B, P), (B, C)
         prompt_mask, completion_mask = attention_mask[:, :-logits_to_keep], attention_mask[:, -logits_to_keep:]
         seeds = row_seeds(prompt_ids, prompt_mask, completion_ids, completion_mask, self.args.seed, *self._mask_stream)
-        args = self.args
-        # The sampler decodes a fixed canvas of max_completion_length positions and the model sees the EOS tail
-        # after the first EOS while it generates. Rebuild that canvas: the tail is visible, unmasked, unscored context.
-        c = completion_ids.size(1)
-        canvas = max(c, args.max_completion_length)
-        eos = self._tokenizer.eos_token_id
-        canvas_ids = completion_ids.new_full((completion_ids.size(0), canvas), eos)  # (B, G)
-        canvas_ids[:, :c] = torch.where(completion_mask.bool(), completion_ids, eos)
-        scored = completion_mask.new_zeros(canvas_ids.shape)  # (B, G)
-        scored[:, :c] = completion_mask
         with self.accelerator.autocast():
-            est = estimate_likelihood(
-                args.likelihood_estimator,
+            est = self._family_impl.estimate(
                 self._adapter(model),
                 prompt_ids,
                 prompt_mask,
-                canvas_ids,
-                scored,
-                mask_token_id=self._mask_token_id,
-                seed=seeds,
-                context_mask=torch.ones_like(scored),
-                num_samples=1 if args.likelihood_estimator == "mean_field" else args.mc_samples,
-                p_mask_prompt=args.p_mask_prompt,
-                chunk_size=args.estimator_chunk_size,
-                eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
-                **({"block_size": args.estimator_block_size} if args.likelihood_estimator == "block_random" else {}),
+                completion_ids,
+                completion_mask,
+                self.args,
+                seeds=seeds,
+                fill_token_id=self._tokenizer.eos_token_id,
             )
-        est.token_logps, est.token_entropy = est.token_logps[:, :c], est.token_entropy[:, :c]  # (B, C)
         self._last_estimate = est
-        num_samples = 1 if args.likelihood_estimator == "mean_field" else args.mc_samples
         self._metrics["train" if self.model.training else "eval"]["stabledrl/estimator_passes"].append(
-            float(estimator_cost(args.likelihood_estimator, num_samples))
+            float(self._family_impl.estimator_passes(self.args))
         )
         entropies = est.token_entropy if compute_entropy else None
         return est.token_logps, entropies, None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self.args.reward_text == "canvas":
+            # TRL scores this process's rows here and gathers only the rewards, so the rows are the rollout's rows.
+            completions = self._canvas_completions(completions)
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N_global, F)
         # A non-finite reward drops its sample from the group (marked here, applied to the advantages below);
         # None (NaN) from every function is TRL's "unscorable" and is treated the same way.

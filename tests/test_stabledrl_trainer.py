@@ -342,7 +342,7 @@ def test_reward_function_that_raises_names_function_and_sample(tmp_path):
 
 @pytest.mark.parametrize("where", ["current", "old"])
 def test_nonfinite_likelihood_estimate_is_dropped_and_training_continues(tmp_path, monkeypatch, where):
-    import stabledrl_trl.stabledrl_trainer as mod
+    import stabledrl_trl.diffusion.family as mod
 
     real = mod.estimate_likelihood
 
@@ -464,26 +464,30 @@ def test_reward_error_mid_run_leaves_last_checkpoint_intact(tmp_path):
         assert torch.equal(p.detach(), q.detach()), name  # the failed step changed nothing after checkpoint-2
 
 
-def test_rollout_mode_is_used_and_rollout_cost_is_logged(tmp_path, monkeypatch):
-    import stabledrl_trl.stabledrl_trainer as trainer_module
+@pytest.mark.parametrize("reward_text", ["completion", "canvas"])
+def test_rollout_mode_is_used_and_rollout_cost_is_logged(tmp_path, monkeypatch, reward_text):
+    import stabledrl_trl.diffusion.family as family_module
 
     seen = []
-    original = trainer_module.diffusion_generate
+    original = family_module.llada_generate
 
     def spy(*args, **kwargs):
-        seen.append({k: kwargs[k] for k in ("cache", "threshold", "max_tokens_per_step")})
+        seen.append({k: kwargs[k] for k in ("cache", "threshold", "max_tokens_per_step", "early_stop")})
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "diffusion_generate", spy)
+    monkeypatch.setattr(family_module, "llada_generate", spy)
     args = make_args(
-        tmp_path, max_steps=1, rollout_cache="dual", parallel_threshold=0.9, max_tokens_per_step=2, block_length=4
+        tmp_path, max_steps=1, rollout_cache="dual", parallel_threshold=0.9, max_tokens_per_step=2, block_length=4,
+        reward_text=reward_text,
     )
     trainer = StableDRLTrainer(
         model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
         processing_class=build_tiny_tokenizer(),
     )  # fmt: skip
     trainer.train()
-    assert seen and all(s == {"cache": "dual", "threshold": 0.9, "max_tokens_per_step": 2} for s in seen)
+    # a graded canvas needs the tokens after the first EOS: finished rows then keep decoding
+    expected = {"cache": "dual", "threshold": 0.9, "max_tokens_per_step": 2, "early_stop": reward_text != "canvas"}
+    assert seen and all(s == expected for s in seen)
     logs = [h for h in trainer.state.log_history if "loss" in h]
     for h in logs:
         assert h["stabledrl/rollout_seconds"] > 0 and h["stabledrl/rollout_tokens_per_s"] > 0
@@ -503,6 +507,143 @@ def test_rollout_cache_refused_for_a_model_without_the_cache_path(tmp_path):
     )  # fmt: skip
     with pytest.raises(ValueError, match="rollout_cache='prefix' needs LLaDA"):
         StableDRLTrainer(
-            model=dream, reward_funcs=digit_reward, args=make_args(tmp_path, rollout_cache="prefix"),
+            model=dream, reward_funcs=digit_reward,
+            args=make_args(tmp_path, rollout_cache="prefix", diffusion_sampler="llada"),
             train_dataset=make_dataset(), processing_class=tok,
         )  # fmt: skip
+
+
+def make_dream(seed=0):
+    """A tiny Dream (Qwen2, bidirectional, shifted logits) on the tiny tokenizer's ids: mask 1, EOS / pad 0."""
+    from stabledrl_trl.models.dream import DreamConfig, DreamModel
+
+    config = DreamConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, mask_token_id=1, eos_token_id=0, pad_token_id=0, bos_token_id=0, rope_theta=1e6,
+    )  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return DreamModel(config)
+
+
+def test_dream_trains_with_dreams_own_sampler(tmp_path, monkeypatch):
+    from stabledrl_trl.diffusion import family as family_module
+
+    seen = []
+    dream_sampler = family_module.SAMPLERS["dream"]
+
+    def spy(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator):
+        out = dream_sampler(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
+        seen.append((args.dream_alg, out.completion_ids.shape))
+        return out
+
+    monkeypatch.setitem(family_module.SAMPLERS, "dream", spy)
+    monkeypatch.setitem(family_module.SAMPLERS, "llada", None)  # would raise if LLaDA's sampler were picked
+    model = make_dream()
+    trainer = StableDRLTrainer(
+        model=model,
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, max_steps=2, top_p=0.95),
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    assert trainer.is_diffusion and trainer._family == "dream"
+    before = params_copy(trainer.model)
+    trainer.train()
+    assert seen and all(alg == "entropy" and shape == (4, 8) for alg, shape in seen)  # Dream's README default
+    assert all(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path):
+    with pytest.raises(ValueError, match="top_p=0.9"):
+        StableDRLTrainer(
+            model=make_llada(),
+            reward_funcs=digit_reward,
+            args=make_args(tmp_path, top_p=0.9),
+            train_dataset=make_dataset(),
+            processing_class=build_tiny_tokenizer(),
+        )
+
+
+# ---- reward_text: the completion up to the first EOS (TRL) or the whole rollout canvas (official StableDRL)
+
+
+def _canvas_rollouts(tok, calls):
+    """A family `generate` stand-in: row k of the run gets the canvas  "<k%10>" EOS "a<k>"  then EOS padding."""
+    from stabledrl_trl.diffusion.sampler import SamplerOutput
+
+    def encode(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    def generate(adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+        rows, masks = [], []
+        for _ in range(prompt_ids.size(0)):
+            k = len(calls)
+            head, tail = encode(str(k % 10)) + [tok.eos_token_id], encode(f"a{k}")
+            canvas = head + tail
+            canvas += [tok.eos_token_id] * (args.max_completion_length - len(canvas))
+            rows.append(canvas)
+            masks.append([1] * len(head) + [0] * (len(canvas) - len(head)))
+            calls.append((f"{k % 10}", f"{k % 10}a{k}", head))
+        return SamplerOutput(torch.tensor(rows), torch.tensor(masks))
+
+    return generate
+
+
+@pytest.mark.parametrize("conversational", [True, False])
+@pytest.mark.parametrize("reward_text", ["completion", "canvas"])
+def test_reward_text_grades_the_cut_completion_or_the_whole_canvas(tmp_path, monkeypatch, reward_text, conversational):
+    tok = build_tiny_tokenizer()
+    seen = []
+
+    def recording_reward(prompts, completions, completion_ids, **kw):
+        seen.append((list(completions), [list(ids) for ids in completion_ids]))
+        return [float(i) for i in range(len(completions))]  # varied: non-zero advantages
+
+    dataset = make_dataset()
+    if not conversational:
+        dataset = Dataset.from_list([{"prompt": f"{i}+{i + 1}="} for i in range(8)])
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=recording_reward,
+        args=make_args(tmp_path, max_steps=2, reward_text=reward_text),
+        train_dataset=dataset,
+        processing_class=tok,
+    )
+    calls = []
+    monkeypatch.setattr(trainer._family_impl, "generate", _canvas_rollouts(tok, calls))
+    trainer.train()
+
+    assert len(seen) == 2 and len(calls) == 8  # two generation batches of 4 rows
+    texts = [c for batch, _ in seen for c in batch]
+    expected_text = [canvas if reward_text == "canvas" else cut for cut, canvas, _ in calls]
+    if conversational:
+        assert texts == [[{"role": "assistant", "content": t}] for t in expected_text]
+    else:
+        assert texts == expected_text
+    # the trained tokens (and the completion_ids the reward sees) end at the EOS either way
+    assert [ids for _, batch in seen for ids in batch] == [head for _, _, head in calls]
+
+
+def test_reward_text_canvas_is_refused_for_autoregressive_models(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    with pytest.raises(ValueError, match="reward_text='canvas'.*autoregressively.*reward_text='completion'"):
+        StableDRLTrainer(
+            model=LlamaForCausalLM(config),
+            reward_funcs=digit_reward,
+            args=make_args(tmp_path, reward_text="canvas"),
+            train_dataset=make_dataset(),
+            processing_class=tok,
+        )
