@@ -27,8 +27,10 @@ so the caches reuse something).
 Default CPU shape (documented in the README): a random LLaDA-architecture model (d_model 256, 4 layers, 4 heads, MLP
 704, vocab 32768, float32), batch 4, prompts of 128 tokens, 256 generated tokens, blocks of 32, 128 steps,
 temperature 0. On CPU, times are the process's CPU time (`time.process_time`, one thread), which other processes on
-a shared machine do not inflate; on CUDA they are wall-clock seconds after synchronising. Peak memory on CPU is the growth of a fresh subprocess's peak RSS over one sampler call (glibc mmap
-threshold fixed so freed tensors return to the system); on CUDA, `torch.cuda.max_memory_allocated` over the call.
+a shared machine do not inflate; on CUDA they are wall-clock seconds after synchronising. Peak memory on CPU is the
+growth of a fresh subprocess's peak RSS (VmHWM, reset after the model is built) over one sampler call, at 2 steps
+per block (the peak does not depend on the step count), with glibc's mmap threshold fixed so freed tensors return to
+the system; on CUDA, `torch.cuda.max_memory_allocated` over the call.
 `--memory-vocab 126464` adds a table of peak memory at LLaDA-8B's vocabulary for the previous default and `exact`.
 
 `--device cuda`: an LLaDA-8B-shaped random model in bf16 (d_model 4096, 32 layers, 32 heads, MLP 12288, vocab 126464;
@@ -45,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -303,8 +304,19 @@ def match_rate(ids, mask, ref_ids, ref_mask) -> float:
     return float(same.sum()) / max(int(union.sum()), 1)
 
 
-def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+def _rss_mib(field: str) -> float:
+    """VmRSS (resident now) or VmHWM (peak since the last reset) of this process, in MiB (Linux)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak_rss() -> None:
+    """Reset VmHWM to the current RSS (Linux: writing 5 to /proc/self/clear_refs)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def memory_worker(payload: str) -> None:
@@ -315,9 +327,10 @@ def memory_worker(payload: str) -> None:
     model = build_model(shape, device, job["seed"])
     fn = Timed(as_diffusion_lm(model, eos_token_ids=[EOS_ID], pad_token_id=PAD_ID), shape, early, device)
     ids, mask = make_prompts(shape, early, job["seed"])
-    before = _peak_rss_mib()
+    _reset_peak_rss()  # the peak of building the model is not the sampler's
+    before = _rss_mib("VmRSS")
     run_mode(name, fn, ids, mask, shape, job["temperature"], job["seed"])
-    print(json.dumps({"peak_mem_mib": _peak_rss_mib() - before}))
+    print(json.dumps({"peak_mem_mib": _rss_mib("VmHWM") - before}))
 
 
 def measure_memory(name, shape, early, args, fn=None, ids=None, mask=None) -> float:
