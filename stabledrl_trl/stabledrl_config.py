@@ -3,6 +3,8 @@ and DGPO objectives. Every new field is documented below; bad values fail here, 
 
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -85,12 +87,20 @@ class StableDRLConfig(GRPOConfig):
     )
 
     # Sampler
-    block_length: int = field(
-        default=32, metadata={"help": "Semi-autoregressive block length; must divide max_completion_length."}
+    block_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Semi-autoregressive block length; must divide max_completion_length. None: 32 (the official "
+            "recipe) when it divides max_completion_length, else the largest divisor of max_completion_length <= 32."
+        },
     )
-    diffusion_steps: int = field(
-        default=128,
-        metadata={"help": "Denoising steps per rollout; must be divisible by max_completion_length / block_length."},
+    diffusion_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Denoising steps per rollout; a multiple of max_completion_length / block_length and at most "
+            "max_completion_length. None: the official ratio of 2 tokens per step (256 positions: 128 steps), rounded "
+            "to a multiple of the number of blocks."
+        },
     )
     remasking: str = field(
         default="low_confidence", metadata={"help": "Which masked positions to reveal: 'low_confidence' or 'random'."}
@@ -135,6 +145,8 @@ class StableDRLConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        check_field_types(self)
+        self._check_trainable_run()
         # Layout checks first: TRL's own check on the same numbers gives a less specific message.
         if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
             if self.num_generations < 2:
@@ -200,20 +212,135 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0.")
-        # Sampler layout (only used for diffusion models, but a bad value is a bad value).
-        from .diffusion.sampler import validate_sampler_args
-
-        validate_sampler_args(
-            gen_length=self.max_completion_length,
-            block_length=self.block_length,
-            steps=self.diffusion_steps,
-            temperature=self.temperature,
-            remasking=self.remasking,
-            cfg_scale=self.cfg_scale,
-            mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
+        # Sampler layout: unset fields get defaults that fit max_completion_length; a layout set explicitly is checked
+        # unless diffusion=False (an autoregressive model never uses these fields). The trainer checks again once it
+        # knows the model is a diffusion LM.
+        self.block_length, self.diffusion_steps = resolve_diffusion_layout(
+            self.max_completion_length, self.block_length, self.diffusion_steps, check=self.diffusion is not False
         )
         if self.loss_type in OWN_LOSS_TYPES and self.beta != 0.0:
             raise ValueError(
                 f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
                 "none). Set beta=0.0, or use one of TRL's loss types (e.g. 'grpo') for a KL-regularised baseline."
             )
+
+    # ---------------------------------------------------------------- drop-in defaults and run-level checks
+
+    def _check_trainable_run(self):
+        """Settings that would train nothing: refused (or warned about when they can be intended)."""
+        if self.num_iterations < 1:
+            raise ValueError(
+                f"num_iterations={self.num_iterations}: each generation batch must be optimised at least once; use "
+                "num_iterations=1 (TRL's default) or 2 (the official StableDRL recipe)."
+            )
+        if self.temperature == 0 and self.num_generations is not None and self.num_generations > 1:
+            warnings.warn(
+                f"temperature=0 with num_generations={self.num_generations}: greedy decoding gives every completion "
+                "of a prompt the same text, so every advantage is 0 and nothing is learnt. Use temperature > 0 "
+                "(the official StableDRL recipe uses 0.9) unless this is an evaluation-only run.",
+                stacklevel=3,
+            )
+
+
+# --------------------------------------------------------------------------- drop-in helpers (used above)
+
+OFFICIAL_BLOCK_LENGTH = 32
+OFFICIAL_TOKENS_PER_STEP = 2  # 256 positions in 128 steps
+
+
+def resolve_diffusion_layout(
+    max_completion_length: int, block_length: int | None, diffusion_steps: int | None, check: bool = True
+) -> tuple[int, int]:
+    """Fill unset `block_length` / `diffusion_steps` from `max_completion_length` and check the layout.
+
+    block_length None: 32 (official) when it divides L = max_completion_length, else the largest divisor of L <= 32.
+    diffusion_steps None: L / 2 (the official 2 tokens per step), rounded down to a multiple of the number of blocks
+    L / block_length, and at least one step per block; never more steps than positions.
+    `check=False` fills the defaults but leaves a layout the user set explicitly unchecked (for a model that may be
+    autoregressive); `check_diffusion_layout` checks it later. Messages use the config's field names.
+    """
+    length = max_completion_length
+    if not _is_int(length) or length < 1:
+        raise ValueError(f"max_completion_length must be a positive integer, got {length!r}.")
+    if block_length is None:
+        block_length = max(d for d in range(1, min(OFFICIAL_BLOCK_LENGTH, length) + 1) if length % d == 0)
+    if diffusion_steps is None and _is_int(block_length) and block_length >= 1 and length % block_length == 0:
+        num_blocks = length // block_length
+        diffusion_steps = num_blocks * max(1, length // OFFICIAL_TOKENS_PER_STEP // num_blocks)
+    if check:
+        check_diffusion_layout(length, block_length, diffusion_steps)
+    return block_length, diffusion_steps
+
+
+def check_diffusion_layout(max_completion_length: int, block_length, diffusion_steps) -> None:
+    """Raise a ValueError naming the config field, its value and the fix for a layout the sampler cannot run."""
+    length = max_completion_length
+    if not _is_int(block_length) or block_length < 1:
+        raise ValueError(f"block_length must be a positive integer (or None for the default), got {block_length!r}.")
+    if length % block_length != 0:
+        divisors = [d for d in range(1, length + 1) if length % d == 0 and d <= OFFICIAL_BLOCK_LENGTH]
+        raise ValueError(
+            f"block_length={block_length} must divide max_completion_length={length} (every block has the same "
+            f"length). Set block_length to a divisor of {length} (e.g. {divisors[-1]}), leave it unset for that "
+            f"default, or change max_completion_length to a multiple of {block_length}."
+        )
+    num_blocks = length // block_length
+    if diffusion_steps is None:
+        raise ValueError("diffusion_steps is None; leave both block_length and diffusion_steps unset, or set both.")
+    if not _is_int(diffusion_steps) or diffusion_steps < 1:
+        raise ValueError(f"diffusion_steps must be a positive integer (or None for the default), got {diffusion_steps!r}.")
+    if diffusion_steps % num_blocks != 0:
+        raise ValueError(
+            f"diffusion_steps={diffusion_steps} must be a multiple of the number of blocks max_completion_length / "
+            f"block_length = {length} / {block_length} = {num_blocks} (steps are split evenly across blocks); use "
+            f"e.g. diffusion_steps={num_blocks * max(1, diffusion_steps // num_blocks)}, or leave it unset."
+        )
+    if diffusion_steps > length:
+        raise ValueError(
+            f"diffusion_steps={diffusion_steps} is more than max_completion_length={length}: a step reveals at "
+            f"least one position, so at most {length} steps can do anything. Use diffusion_steps <= {length} "
+            f"(the official ratio is {length // OFFICIAL_TOKENS_PER_STEP or 1}), or leave it unset."
+        )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_field_types(config) -> None:
+    """Integer fields must hold integers (YAML gives `8.0`, `[8]` or `null` unchanged); floats accept integers.
+
+    None is accepted only where the field's default is None (there it has a documented meaning).
+    """
+    import dataclasses
+    import typing
+
+    hints = _type_hints(type(config))
+    for f in dataclasses.fields(config):
+        hint = hints.get(f.name)
+        if hint is None or not f.init:
+            continue
+        args = set(typing.get_args(hint)) or {hint}
+        value = getattr(config, f.name)
+        kinds = args - {type(None)}
+        if kinds not in ({int}, {float}):
+            continue
+        if value is None:
+            if type(None) in args and f.default is None:
+                continue
+            raise TypeError(
+                f"{f.name}=None: this field needs {'an integer' if kinds == {int} else 'a number'}; remove the line "
+                f"to keep the default {f.default!r}."
+            )
+        if kinds == {int} and not _is_int(value):
+            fix = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
+            raise TypeError(f"{f.name}={value!r} ({type(value).__name__}) must be an integer{fix}.")
+        if kinds == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{f.name}={value!r} ({type(value).__name__}) must be a number.")
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls) -> dict:
+    import typing
+
+    return typing.get_type_hints(cls)

@@ -16,6 +16,7 @@ from accelerate.utils import gather
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import (
+    is_async_callable,
     pad,
     split_pixel_values_by_grid,
     split_tensor_dict,
@@ -33,7 +34,7 @@ from .objectives import (
     stable_drl_loss,
     stable_drl_ratio_loss,
 )
-from .stabledrl_config import OWN_LOSS_TYPES, StableDRLConfig
+from .stabledrl_config import OWN_LOSS_TYPES, StableDRLConfig, check_diffusion_layout
 
 # Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
 _STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER = 1, 2, 3, 4
@@ -43,38 +44,119 @@ class RewardFunctionError(RuntimeError):
     """A reward function raised; the message names the function and the sample."""
 
 
+def _check_reward_output(name: str, output, n: int):
+    """A reward function must return a list of n numbers or None; anything else is an error naming the function."""
+    if isinstance(output, (str, bytes)) or not isinstance(output, (list, tuple)):
+        raise RewardFunctionError(
+            f"Reward function {name!r} returned {type(output).__name__} {output!r:.200}; it must return a list of "
+            f"{n} floats (one per completion, None for a completion it cannot score)."
+        )
+    for i, r in enumerate(output):
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))):
+            if not (isinstance(r, torch.Tensor) and r.numel() == 1):
+                raise RewardFunctionError(
+                    f"Reward function {name!r} returned {type(r).__name__} {r!r:.200} for completion {i}; each "
+                    "reward must be a float (or None for a completion it cannot score)."
+                )
+    return output
+
+
 def _wrap_reward_func(func):
-    """Re-raise a reward function's exception with the function's name and the first failing sample."""
+    """Re-raise a reward function's exception with the function's name and the first failing sample, and check
+    what it returns. An async function stays async (TRL awaits it on its event loop)."""
     name = getattr(func, "__name__", type(func).__name__)
+
+    def locate(batch_error, prompts, completions, completion_ids, kwargs, call_one):
+        for i in range(len(completions)):  # find the sample: call it one sample at a time
+            one = {
+                k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v) for k, v in kwargs.items()
+            }
+            try:
+                call_one(
+                    prompts=prompts[i : i + 1],
+                    completions=completions[i : i + 1],
+                    completion_ids=None if completion_ids is None else completion_ids[i : i + 1],
+                    **one,
+                )
+            except Exception:
+                return RewardFunctionError(
+                    f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on sample "
+                    f"{i}: prompt={prompts[i]!r}, completion={completions[i]!r}. Fix the reward function "
+                    "(return None for a completion it cannot score)."
+                )
+        return RewardFunctionError(
+            f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on the batch."
+        )
+
+    if is_async_callable(func):
+
+        @functools.wraps(func)
+        async def wrapped_async(prompts, completions, completion_ids=None, **kwargs):
+            try:
+                out = await func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            except Exception as batch_error:
+
+                def call_one(**kw):  # the event loop is busy running us: run the per-sample calls on a fresh one
+                    import asyncio
+                    import concurrent.futures
+
+                    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                        return pool.submit(asyncio.run, func(**kw)).result()
+
+                raise locate(batch_error, prompts, completions, completion_ids, kwargs, call_one) from batch_error
+            return _check_reward_output(name, out, len(completions))
+
+        return wrapped_async
 
     @functools.wraps(func)
     def wrapped(prompts, completions, completion_ids=None, **kwargs):
         try:
-            return func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            out = func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
         except Exception as batch_error:
-            for i in range(len(completions)):  # find the sample: call it one sample at a time
-                one = {
-                    k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v)
-                    for k, v in kwargs.items()
-                }
-                try:
-                    func(
-                        prompts=prompts[i : i + 1],
-                        completions=completions[i : i + 1],
-                        completion_ids=None if completion_ids is None else completion_ids[i : i + 1],
-                        **one,
-                    )
-                except Exception:
-                    raise RewardFunctionError(
-                        f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on sample "
-                        f"{i}: prompt={prompts[i]!r}, completion={completions[i]!r}. Fix the reward function "
-                        "(return None for a completion it cannot score)."
-                    ) from batch_error
-            raise RewardFunctionError(
-                f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on the batch."
-            ) from batch_error
+            raise locate(batch_error, prompts, completions, completion_ids, kwargs, func) from batch_error
+        return _check_reward_output(name, out, len(completions))
 
     return wrapped
+
+
+def _sampler_filters(args) -> dict:
+    """`top_k` / `top_p` keyword arguments for the diffusion sampler, when its `generate` accepts them.
+
+    Marked place: once `diffusion.sampler.generate` takes `top_k` / `top_p`, they are passed through from here.
+    Neutral values (top_k 0, top_p 1) are passed as well, so the sampler sees exactly TRL's settings.
+    """
+    import inspect
+
+    params = inspect.signature(diffusion_generate).parameters
+    if "top_k" not in params or "top_p" not in params:
+        return {}
+    return {"top_k": int(args.top_k or 0), "top_p": float(args.top_p)}
+
+
+def check_diffusion_setup(args: StableDRLConfig) -> None:
+    """Diffusion-only checks, run once the model is known to be a diffusion LM: the sampler layout, and TRL sampling
+    options the masked-diffusion sampler does not implement (refused rather than silently ignored)."""
+    check_diffusion_layout(args.max_completion_length, args.block_length, args.diffusion_steps)
+    unsupported = {
+        "min_p": (args.min_p, None),
+        "repetition_penalty": (args.repetition_penalty, 1.0),
+        "generation_kwargs": (args.generation_kwargs, None),
+    }
+    # top_k / top_p: TRL's fields, passed to the diffusion sampler as soon as it takes them (`_sampler_filters`).
+    if (args.top_k or 0) > 0 or args.top_p < 1.0:
+        if not _sampler_filters(args):
+            raise ValueError(
+                f"top_k={args.top_k}, top_p={args.top_p}: this version's masked-diffusion sampler does not filter "
+                "tokens by top-k / top-p yet, so the setting would be ignored. Leave top_k=0 and top_p=1.0."
+            )
+    for name, (value, neutral) in unsupported.items():
+        if value != neutral and not (name == "generation_kwargs" and value == {}):
+            raise ValueError(
+                f"{name}={value!r} is a TRL option of autoregressive generation; the masked-diffusion sampler has no "
+                f"equivalent, so it would be silently ignored. Remove it (leave {name}={neutral!r}); the diffusion "
+                "sampler's own options are temperature, top_k, top_p, block_length, diffusion_steps, remasking and "
+                "cfg_scale."
+            )
 
 
 class StableDRLTrainer(GRPOTrainer):
@@ -140,6 +222,7 @@ class StableDRLTrainer(GRPOTrainer):
                 "diffusion model; set both to False (rollouts then use the masked-diffusion sampler)."
             )
         if self.is_diffusion:
+            check_diffusion_setup(args)
             # Resolve and validate the mask / EOS / pad ids once (clear errors here, not at step 37).
             self._dlm = as_diffusion_lm(
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
@@ -211,6 +294,7 @@ class StableDRLTrainer(GRPOTrainer):
                     cfg_scale=self.args.cfg_scale,
                     eos_token_ids=tuple(self.eos_token_ids),
                     generator=generator,
+                    **_sampler_filters(self.args),
                 )
         completion_ids = [
             c[m.bool()].tolist() for c, m in zip(out.completion_ids.cpu(), out.completion_mask.cpu(), strict=True)
