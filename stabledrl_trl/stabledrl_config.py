@@ -144,6 +144,30 @@ class StableDRLConfig(GRPOConfig):
         },
     )
 
+    # Run safety (non-finite steps, output folder, checkpoint formats)
+    max_nonfinite_grad_steps: int = field(
+        default=3,
+        metadata={
+            "help": "An optimiser step whose gradient norm is inf/NaN is skipped (parameters and optimiser state "
+            "untouched), counted (`stabledrl/nonfinite_grad_steps`) and warned about; this many in a row stop the run "
+            "with an error."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a fresh run in an output_dir that already holds checkpoint-* folders, deleting them. "
+            "Without it such a run is refused (resume it with resume_from_checkpoint, or pick another output_dir)."
+        },
+    )
+    allow_pickle_checkpoints: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow loading pickle weights (.bin / .pt model files, which can run code when unpickled). "
+            "Off: only safetensors weights are loaded."
+        },
+    )
+
     def __post_init__(self):
         check_field_types(self)
         self._check_trainable_run()
@@ -232,6 +256,11 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(
                 f"num_iterations={self.num_iterations}: each generation batch must be optimised at least once; use "
                 "num_iterations=1 (TRL's default) or 2 (the official StableDRL recipe)."
+            )
+        if self.max_nonfinite_grad_steps < 1:
+            raise ValueError(
+                f"max_nonfinite_grad_steps={self.max_nonfinite_grad_steps} must be >= 1 (consecutive skipped steps "
+                "before the run stops); the default is 3."
             )
         if self.temperature == 0 and self.num_generations is not None and self.num_generations > 1:
             warnings.warn(

@@ -9,6 +9,8 @@ log-probabilities and only gains the new objectives.
 from __future__ import annotations
 
 import functools
+import logging
+import math
 from typing import Any
 
 import torch
@@ -34,10 +36,22 @@ from .objectives import (
     stable_drl_loss,
     stable_drl_ratio_loss,
 )
-from .stabledrl_config import OWN_LOSS_TYPES, StableDRLConfig, check_diffusion_layout
+from . import safety
+from .stabledrl_config import (
+    GROUP_NORMALISED_LOSS_TYPES,
+    OWN_LOSS_TYPES,
+    StableDRLConfig,
+    check_diffusion_layout,
+)
+
+logger = logging.getLogger(__name__)
 
 # Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
 _STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER = 1, 2, 3, 4
+
+
+class NonFiniteGradientError(RuntimeError):
+    """Training stopped: repeated non-finite gradient norms, or weights holding inf / NaN at save time."""
 
 
 class RewardFunctionError(RuntimeError):
@@ -159,6 +173,21 @@ def check_diffusion_setup(args: StableDRLConfig) -> None:
             )
 
 
+def _check_inputs_before_loading(model, args: StableDRLConfig, kwargs: dict) -> None:
+    """Checks that need no loaded model: a missing local path, pickle-only weights, an empty dataset."""
+    if isinstance(model, str):
+        safety.check_local_model_path(model)
+        if not args.allow_pickle_checkpoints:
+            safety.check_safetensors_only(model)
+            args.model_init_kwargs = {"use_safetensors": True, **(args.model_init_kwargs or {})}
+    for name in ("train_dataset", "eval_dataset"):
+        data = kwargs.get(name)
+        for key, part in (data.items() if isinstance(data, dict) else [(None, data)]):
+            if part is not None and hasattr(part, "__len__") and len(part) == 0:
+                label = name if key is None else f"{name}[{key!r}]"
+                raise ValueError(f"{label} has no rows: nothing would be trained or evaluated. Check the data.")
+
+
 class StableDRLTrainer(GRPOTrainer):
     """GRPOTrainer with masked-diffusion rollouts, likelihood estimation and the StableDRL / DGPO objectives.
 
@@ -204,6 +233,7 @@ class StableDRLTrainer(GRPOTrainer):
                     "(same arguments; it adds the diffusion and objective fields)."
                 )
             raise TypeError(f"args must be a StableDRLConfig, got {type(args).__name__}.")
+        _check_inputs_before_loading(model, args, kwargs)
         if reward_funcs is not None:
             funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
             reward_funcs = [
@@ -229,9 +259,129 @@ class StableDRLTrainer(GRPOTrainer):
             )
             self._mask_token_id = self._dlm.mask_token_id
             self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
+            embeddings = unwrapped.get_input_embeddings() if hasattr(unwrapped, "get_input_embeddings") else None
+            safety.check_mask_token_id(
+                args.mask_token_id,
+                self._mask_token_id,
+                getattr(getattr(unwrapped, "config", None), "mask_token_id", None),
+                getattr(self._tokenizer, "mask_token_id", None),
+                getattr(embeddings, "num_embeddings", None),
+            )
+        self._check_datasets_and_layout(unwrapped)
+        self._nonfinite_grad_streak = 0
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
         self._nonfinite_reward_rows = None
+
+    # ------------------------------------------------------------------ run safety
+
+    def _build_accelerator_args(self, **kwargs):
+        """transformers hook: DDP's `find_unused_parameters`. transformers turns it on for any model without
+        activation checkpointing, which costs a graph traversal per step; LLaDA and Dream use every parameter in
+        every forward pass, so it stays off for them unless `ddp_find_unused_parameters` is set explicitly."""
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        accelerator_args = super()._build_accelerator_args(**kwargs)
+        uses_all = self.args.diffusion is not False and detect_family(self.model) in ("llada", "dream")
+        if self.args.ddp_find_unused_parameters is None and uses_all:
+            for handler in accelerator_args.get("kwargs_handlers", []):
+                if isinstance(handler, DistributedDataParallelKwargs):
+                    handler.find_unused_parameters = False
+        return accelerator_args
+
+    def _check_datasets_and_layout(self, unwrapped):
+        """Dataset problems and an eval layout that splits groups, found when the trainer is built."""
+        args = self.args
+        config = getattr(unwrapped, "config", None)
+        max_positions = getattr(config, "max_position_embeddings", None)
+        mask = self._mask_token_id if self.is_diffusion else None
+        datasets = [("train_dataset", self.train_dataset)]
+        evals = self.eval_dataset
+        for key, part in (evals.items() if isinstance(evals, dict) else [(None, evals)]):
+            datasets.append(("eval_dataset" if key is None else f"eval_dataset[{key!r}]", part))
+        for name, data in datasets:
+            safety.check_prompt_dataset(
+                data, name, self._tokenizer, mask, max_positions, args.max_completion_length
+            )
+        if self.eval_dataset is not None and self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
+            g = self.num_generations_eval
+            if args.per_device_eval_batch_size % g != 0:
+                raise ValueError(
+                    f"per_device_eval_batch_size={args.per_device_eval_batch_size} is not a multiple of the eval group "
+                    f"size {g} (num_generations_eval, else num_generations): loss_type={self.loss_type!r} normalises "
+                    f"whole groups. Set per_device_eval_batch_size to a multiple of {g}."
+                )
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """transformers hook, run right before `optimizer.step()`: a step with a non-finite gradient norm is skipped.
+
+        The gradients are dropped (`grad = None`), so the optimiser changes neither the parameters nor its moments;
+        the step is counted (`stabledrl/nonfinite_grad_steps`) and warned about, and `max_nonfinite_grad_steps` in a
+        row stop the run with an error.
+        """
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        value = float(grad_norm) if grad_norm is not None else 0.0
+        mode = "train"
+        if math.isfinite(value):
+            self._nonfinite_grad_streak = 0
+            self._metrics[mode]["stabledrl/nonfinite_grad_steps"].append(0.0)
+            return grad_norm
+        for p in model.parameters():
+            p.grad = None
+        self._nonfinite_grad_streak += 1
+        self._metrics[mode]["stabledrl/nonfinite_grad_steps"].append(1.0)
+        step = self.state.global_step + 1
+        limit = self.args.max_nonfinite_grad_steps
+        logger.warning(
+            f"Step {step}: gradient norm is {value}; the optimiser step is skipped (parameters unchanged). "
+            f"{self._nonfinite_grad_streak} in a row (limit max_nonfinite_grad_steps={limit})."
+        )
+        if self._nonfinite_grad_streak >= limit:
+            raise NonFiniteGradientError(
+                f"{self._nonfinite_grad_streak} optimiser steps in a row (up to step {step}) had a non-finite "
+                f"gradient norm ({value}); stopping (max_nonfinite_grad_steps={limit}). The parameters are those "
+                "of the last good step. Look for huge or non-finite rewards, a too-large learning_rate, or fp16 "
+                "overflow (use bf16)."
+            )
+        return grad_norm
+
+    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
+        """`Trainer.train`, with the output folder and the checkpoint to resume checked first (see `safety`)."""
+        resume = safety.resolve_resume(
+            resume_from_checkpoint, self.args.output_dir, needs_optimizer=not self.args.save_only_model
+        )
+        if resume is None:
+            safety.check_fresh_output_dir(
+                self.args.output_dir, self.args.overwrite_output_dir, self.accelerator.is_main_process
+            )
+            self.accelerator.wait_for_everyone()
+        elif not self.args.allow_pickle_checkpoints:
+            safety.check_safetensors_only(resume, what="checkpoint")
+        self._nonfinite_grad_streak = 0
+        return super().train(resume_from_checkpoint=resume, trial=trial, **kwargs)
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        """`Trainer.save_model`, refusing to write weights that hold inf / NaN (checked on every process)."""
+        bad = safety.nonfinite_parameters(self.model)
+        flag = torch.tensor([float(len(bad))], device=self.accelerator.device)
+        if float(self.accelerator.reduce(flag, reduction="sum")) > 0:
+            raise NonFiniteGradientError(
+                f"Refusing to save to {output_dir or self.args.output_dir}: parameters hold inf/NaN "
+                f"({', '.join(bad[:3]) or 'on another process'}). The last checkpoint holds the last good weights."
+            )
+        return super().save_model(output_dir, _internal_call=_internal_call)
+
+    def _save_checkpoint(self, model, trial):
+        try:
+            return super()._save_checkpoint(model, trial)
+        except OSError as error:
+            if not safety.is_disk_full(error):
+                raise
+            raise OSError(
+                error.errno,
+                f"Disk full while saving checkpoint-{self.state.global_step} to {self.args.output_dir} ({error}). "
+                "That folder is incomplete (resume skips it); free space or set save_total_limit, then resume.",
+            ) from error
 
     # ------------------------------------------------------------------ helpers
 
@@ -357,9 +507,11 @@ class StableDRLTrainer(GRPOTrainer):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N_global, F)
         # A non-finite reward drops its sample from the group (marked here, applied to the advantages below);
         # None (NaN) from every function is TRL's "unscorable" and is treated the same way.
-        bad = torch.isinf(rewards).any(dim=1) | torch.isnan(rewards).all(dim=1)
+        # A finite reward whose square overflows float32 is treated as inf (it would overflow the gradient).
+        overflow = rewards.abs() > safety.OVERFLOW_LIMIT  # (N_global, F); False for NaN
+        bad = overflow.any(dim=1) | torch.isnan(rewards).all(dim=1)
         self._nonfinite_reward_rows = bad
-        return torch.where(torch.isinf(rewards), torch.nan, rewards)
+        return torch.where(overflow, torch.nan, rewards)
 
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
@@ -373,6 +525,7 @@ class StableDRLTrainer(GRPOTrainer):
             n_local = output["advantages"].shape[0]
             start = self.accelerator.process_index * n_local
             bad = self._nonfinite_reward_rows[start : start + n_local].to(output["advantages"].device)
+            bad = bad | ~torch.isfinite(output["advantages"]) | (output["advantages"].abs() > safety.OVERFLOW_LIMIT)
             if self.loss_type in OWN_LOSS_TYPES:
                 output["advantages"] = torch.where(bad, torch.nan, output["advantages"])
             self._metrics[mode]["stabledrl/nonfinite_rewards"].append(float(self._nonfinite_reward_rows.sum()))
@@ -494,7 +647,7 @@ class StableDRLTrainer(GRPOTrainer):
         def seq_mean(x):
             return (x * mask).sum(-1) / n_tok  # (B,)
 
-        g = self.num_generations
+        g = self.num_generations if mode == "train" else self.num_generations_eval
         groups_here = advantages.shape[0] // g
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         if self.loss_type == "stable_drl":
