@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 from typing import Any
 
 import torch
@@ -382,6 +383,17 @@ class StableDRLTrainer(GRPOTrainer):
                 f"Disk full while saving checkpoint-{self.state.global_step} to {self.args.output_dir} ({error}). "
                 "That folder is incomplete (resume skips it); free space or set save_total_limit, then resume.",
             ) from error
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """The model card (README.md in output_dir): names StableDRL and the objective actually used, cites the
+        paper, and shows how to load the model (`import stabledrl_trl` first) and decode it with this package's
+        sampler (a diffusion LM has no `pipeline("text-generation")`)."""
+        if not self.is_world_process_zero():
+            return
+        from .model_card import build_model_card
+
+        card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags)
+        card.save(os.path.join(self.args.output_dir, "README.md"))
 
     # ------------------------------------------------------------------ helpers
 

@@ -396,3 +396,43 @@ def test_ddp_does_not_search_for_unused_parameters_of_a_diffusion_model(tmp_path
     trainer.add_callback(Grads())
     trainer.train()
     assert seen["missing"] == []
+
+
+# --------------------------------------------------------------------------- model card
+
+
+def test_model_card_names_stabledrl_cites_the_paper_and_its_quick_start_runs(tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    args = make_args(tmp_path, max_steps=1, save_strategy="steps", save_steps=1)
+    trainer = make_trainer(tmp_path, args=args)
+    trainer.train()  # each checkpoint writes the model card, README.md, into output_dir (as TRL does)
+    trainer.save_model(args.output_dir)
+    build_tiny_tokenizer().save_pretrained(args.output_dir)
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "StableDRL" in card and "2603.06743" in card and "loss_type='stable_drl'" in card
+    assert "DeepSeekMath" not in card and "trained with GRPO" not in card
+    assert "import stabledrl_trl" in card
+    # The quick start, as printed, runs in a fresh process and decodes with the package's sampler.
+    code = re.search(r"```python\n(.*?)```", card, re.S).group(1)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
+    env.update(PYTHONPATH=root, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_model_card_of_a_trl_baseline_says_so(tmp_path):
+    from stabledrl_trl.model_card import describe_objective
+
+    short, detail = describe_objective(make_args(tmp_path, loss_type="grpo", beta=0.04))
+    assert "TRL's `grpo`" in short and "beta=0.04" in detail
+    short, _ = describe_objective(make_args(tmp_path, loss_type="dgpo"))
+    assert "DGPO" in short
+
+
+def test_mask_id_mismatch_between_model_and_tokenizer_names_the_config_field(tmp_path):
+    with pytest.raises(ValueError, match="StableDRLConfig field mask_token_id"):
+        make_trainer(tmp_path, model=make_llada(mask_token_id=5))  # tokenizer says 1

@@ -1,0 +1,101 @@
+"""The model card `StableDRLTrainer` writes next to a saved model: what trained it, how to load and decode it."""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import version
+
+from huggingface_hub import ModelCard, ModelCardData
+
+TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "model_card.md")
+
+
+def describe_objective(args) -> tuple[str, str]:
+    """(short name, one paragraph) of the objective a config trains with."""
+    loss = args.loss_type
+    estimator = f"sequence likelihoods estimated with the `{args.likelihood_estimator}` estimator"
+    if loss == "stable_drl":
+        short = "StableDRL (arXiv 2603.06743)"
+        detail = (
+            f"Objective: StableDRL (`loss_type='stable_drl'`): unconditional clipping of the sequence importance "
+            f"weight (log w <- min(log w, log {args.clip_c:g})) and self-normalisation over the "
+            f"{args.num_generations} completions of each prompt (group softmax of the clipped log-weights)"
+        )
+        if args.sandwich:
+            detail += (
+                f", with SPG's sandwich objective for negative advantages (beta={args.sandwich_beta:g}, "
+                f"omega={args.sandwich_omega:g})"
+            )
+    elif loss == "stable_drl_ratio":
+        short = "StableDRL, ratio-level form (arXiv 2603.06743)"
+        detail = (
+            f"Objective: StableDRL at ratio level (`loss_type='stable_drl_ratio'`): every sequence ratio clipped to "
+            f"[1 - {args.epsilon:g}, 1 + {args.epsilon_high if args.epsilon_high is not None else args.epsilon:g}] "
+            f"whatever the advantage's sign, normalised by the sum of the group's clipped ratios"
+        )
+    elif loss == "dgpo":
+        short = "DGPO soft clipping (arXiv 2603.14389), with StableDRLTrainer"
+        detail = f"Objective: DGPO (`loss_type='dgpo'`, n={args.dgpo_n:g}, m={args.dgpo_m:g})"
+    else:
+        short = f"TRL's `{loss}` objective (a GRPO-family baseline), with StableDRLTrainer"
+        detail = f"Objective: TRL's `{loss}` loss (beta={args.beta:g})"
+    detail += (
+        f"; {estimator} ({args.mc_samples} Monte-Carlo mask samples), advantages scaled with "
+        f"scale_rewards='{args.scale_rewards}', num_iterations={args.num_iterations}, "
+        f"learning_rate={args.learning_rate:g}."
+    )
+    return short, detail
+
+
+def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> ModelCard:
+    from trl.trainer.utils import get_config_model_id
+
+    from . import __version__
+    from .diffusion.adapter import unwrap_model
+
+    args = trainer.args
+    inner = unwrap_model(trainer.model)
+    config = inner.config
+    base = get_config_model_id(config)
+    base_model = base if base and not os.path.isdir(base) else None
+    model_id = trainer.hub_model_id or args.output_dir
+    tags = {tags} if isinstance(tags, str) else set(tags or [])
+    tags.update(trainer._tag_names)
+    short, detail = describe_objective(args)
+    if not trainer.is_diffusion:
+        detail = detail.split("; sequence likelihoods")[0] + "; exact autoregressive log-probabilities."
+        rollouts = "TRL's autoregressive generation."
+    else:
+        rollouts = (
+            f"masked-diffusion sampler, {args.max_completion_length} positions in blocks of {args.block_length}, "
+            f"{args.diffusion_steps} steps, temperature {args.temperature:g}, remasking '{args.remasking}'."
+        )
+    card_data = ModelCardData(
+        base_model=base_model,
+        datasets=dataset_name,
+        library_name="transformers",
+        model_name=model_name or os.path.basename(os.path.normpath(args.output_dir)),
+        tags=["generated_from_trainer", *sorted(tags)],
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_path=TEMPLATE,
+        model_name=model_name or os.path.basename(os.path.normpath(args.output_dir)),
+        base_model=base_model,
+        dataset_name=dataset_name,
+        model_id=model_id,
+        objective=short,
+        objective_details=detail,
+        rollouts=rollouts,
+        is_diffusion=trainer.is_diffusion,
+        family=getattr(trainer, "_family", None),
+        model_type=getattr(config, "model_type", ""),
+        gen_length=args.max_completion_length,
+        block_length=args.block_length,
+        steps=args.diffusion_steps,
+        remasking=args.remasking,
+        stabledrl_version=__version__,
+        trl_version=version("trl"),
+        transformers_version=version("transformers"),
+        pytorch_version=version("torch"),
+    )
