@@ -27,7 +27,7 @@ from trl.trainer.utils import (
 )
 
 from .diffusion.adapter import as_diffusion_lm, detect_family
-from .diffusion.family import get_family
+from .diffusion.family import get_family, sampler_filters
 from .diffusion.seeding import mix_seed, row_seeds
 from .objectives import (
     aggregate_loss,
@@ -133,20 +133,6 @@ def _wrap_reward_func(func):
     return wrapped
 
 
-def _sampler_filters(args) -> dict:
-    """`top_k` / `top_p` keyword arguments for the diffusion sampler, when its `generate` accepts them.
-
-    Marked place: once `diffusion.sampler.generate` takes `top_k` / `top_p`, they are passed through from here.
-    Neutral values (top_k 0, top_p 1) are passed as well, so the sampler sees exactly TRL's settings.
-    """
-    import inspect
-
-    params = inspect.signature(diffusion_generate).parameters
-    if "top_k" not in params or "top_p" not in params:
-        return {}
-    return {"top_k": int(args.top_k or 0), "top_p": float(args.top_p)}
-
-
 def check_diffusion_setup(args: StableDRLConfig) -> None:
     """Diffusion-only checks, run once the model is known to be a diffusion LM: the sampler layout, and TRL sampling
     options the masked-diffusion sampler does not implement (refused rather than silently ignored)."""
@@ -156,9 +142,9 @@ def check_diffusion_setup(args: StableDRLConfig) -> None:
         "repetition_penalty": (args.repetition_penalty, 1.0),
         "generation_kwargs": (args.generation_kwargs, None),
     }
-    # top_k / top_p: TRL's fields, passed to the diffusion sampler as soon as it takes them (`_sampler_filters`).
+    # top_k / top_p: TRL's fields, passed to the diffusion sampler by the family (`sampler_filters`) once it takes them.
     if (args.top_k or 0) > 0 or args.top_p < 1.0:
-        if not _sampler_filters(args):
+        if not sampler_filters(args):
             raise ValueError(
                 f"top_k={args.top_k}, top_p={args.top_p}: this version's masked-diffusion sampler does not filter "
                 "tokens by top-k / top-p yet, so the setting would be ignored. Leave top_k=0 and top_p=1.0."
@@ -450,7 +436,6 @@ class StableDRLTrainer(GRPOTrainer):
                     self.args,
                     eos_token_ids=tuple(self.eos_token_ids),
                     generator=generator,
-                    **_sampler_filters(self.args),
                 )
         completion_ids = [
             c[m.bool()].tolist() for c, m in zip(out.completion_ids.cpu(), out.completion_mask.cpu(), strict=True)

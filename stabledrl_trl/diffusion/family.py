@@ -32,6 +32,21 @@ from .sampler import SamplerOutput
 from .sampler import generate as llada_generate
 
 
+def sampler_filters(args) -> dict:
+    """TRL's `top_k` / `top_p` as keyword arguments of LLaDA's sampler, once its `generate` accepts them ({} before).
+
+    Marked place: when `sampler.generate` takes `top_k` / `top_p`, they flow from the config through here (neutral
+    values, top_k 0 and top_p 1, included). Until then the trainer refuses non-neutral values at construction
+    instead of ignoring them.
+    """
+    import inspect
+
+    params = inspect.signature(llada_generate).parameters
+    if "top_k" not in params or "top_p" not in params:
+        return {}
+    return {"top_k": int(args.top_k or 0), "top_p": float(args.top_p)}
+
+
 class DiffusionFamily:
     """Interface of a model family; see the module docstring."""
 
@@ -101,6 +116,7 @@ class MaskedDiffusionFamily(DiffusionFamily):
             cfg_scale=args.cfg_scale,
             eos_token_ids=tuple(eos_token_ids),
             generator=generator,
+            **sampler_filters(args),
         )
 
     def estimate(self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id):
