@@ -49,8 +49,9 @@ def check_mask_token_id(explicit: int | None, resolved: int, config_mask, tokeni
 # --------------------------------------------------------------------------------------------- datasets
 
 
-def check_prompt_dataset(dataset, name: str, tokenizer, mask_token_id: int | None, max_positions: int | None,
-                         completion_length: int | None) -> None:
+def check_prompt_dataset(
+    dataset, name: str, tokenizer, mask_token_id: int | None, max_positions: int | None, completion_length: int | None
+) -> None:
     """Problems a dataset shows before training: no rows, no `prompt` column, empty prompts, prompts holding the
     mask token (every row is checked), prompts that with the completion exceed the model's positions."""
     if dataset is None or not hasattr(dataset, "__len__"):
@@ -76,7 +77,11 @@ def check_prompt_dataset(dataset, name: str, tokenizer, mask_token_id: int | Non
                 f"{name} row {i}: the prompt contains the mask token {mask_text!r} (id {mask_token_id}); the diffusion "
                 "sampler would treat it as a position to fill. Remove it from the data."
             )
-        if max_positions is not None and tokenizer is not None and len(text) + (completion_length or 0) > max_positions:
+        if (
+            max_positions is not None
+            and tokenizer is not None
+            and len(text) + (completion_length or 0) > max_positions
+        ):
             # characters bound tokens from above for every tokenizer; tokenize only the rows that could be too long
             n = _prompt_tokens(tokenizer, prompt)
             if n > longest:
@@ -169,7 +174,9 @@ def list_checkpoints(output_dir: str) -> list[str]:
     """checkpoint-N folders of output_dir, oldest first."""
     if not output_dir or not os.path.isdir(output_dir):
         return []
-    found = [d for d in os.listdir(output_dir) if CHECKPOINT_RE.match(d) and os.path.isdir(os.path.join(output_dir, d))]
+    found = [
+        d for d in os.listdir(output_dir) if CHECKPOINT_RE.match(d) and os.path.isdir(os.path.join(output_dir, d))
+    ]
     return [os.path.join(output_dir, d) for d in sorted(found, key=lambda d: int(CHECKPOINT_RE.match(d).group(1)))]
 
 
@@ -181,7 +188,9 @@ def checkpoint_missing(path: str, needs_optimizer: bool = True) -> list[str]:
     if "trainer_state.json" not in files:
         missing.append("trainer_state.json")
     weight_names = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
-    if not any(f in files for f in weight_names) and not any(f.startswith(("pytorch_model_fsdp", "global_step")) for f in files):
+    if not any(f in files for f in weight_names) and not any(
+        f.startswith(("pytorch_model_fsdp", "global_step")) for f in files
+    ):
         missing.append("model weights (model.safetensors)")
     if needs_optimizer:
         if not any(f.startswith("optimizer") for f in files) and not any(f.startswith("global_step") for f in files):

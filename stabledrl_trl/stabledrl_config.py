@@ -317,7 +317,9 @@ def check_diffusion_layout(max_completion_length: int, block_length, diffusion_s
     if diffusion_steps is None:
         raise ValueError("diffusion_steps is None; leave both block_length and diffusion_steps unset, or set both.")
     if not _is_int(diffusion_steps) or diffusion_steps < 1:
-        raise ValueError(f"diffusion_steps must be a positive integer (or None for the default), got {diffusion_steps!r}.")
+        raise ValueError(
+            f"diffusion_steps must be a positive integer (or None for the default), got {diffusion_steps!r}."
+        )
     if diffusion_steps % num_blocks != 0:
         raise ValueError(
             f"diffusion_steps={diffusion_steps} must be a multiple of the number of blocks max_completion_length / "

@@ -26,6 +26,7 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
+from . import safety
 from .diffusion.adapter import as_diffusion_lm, detect_family
 from .diffusion.family import get_family, sampler_filters
 from .diffusion.seeding import mix_seed, row_seeds
@@ -36,7 +37,6 @@ from .objectives import (
     stable_drl_loss,
     stable_drl_ratio_loss,
 )
-from . import safety
 from .stabledrl_config import (
     GROUP_NORMALISED_LOSS_TYPES,
     OWN_LOSS_TYPES,
@@ -83,7 +83,8 @@ def _wrap_reward_func(func):
     def locate(batch_error, prompts, completions, completion_ids, kwargs, call_one):
         for i in range(len(completions)):  # find the sample: call it one sample at a time
             one = {
-                k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v) for k, v in kwargs.items()
+                k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v)
+                for k, v in kwargs.items()
             }
             try:
                 call_one(
@@ -168,7 +169,7 @@ def _check_inputs_before_loading(model, args: StableDRLConfig, kwargs: dict) -> 
             args.model_init_kwargs = {"use_safetensors": True, **(args.model_init_kwargs or {})}
     for name in ("train_dataset", "eval_dataset"):
         data = kwargs.get(name)
-        for key, part in (data.items() if isinstance(data, dict) else [(None, data)]):
+        for key, part in data.items() if isinstance(data, dict) else [(None, data)]:
             if part is not None and hasattr(part, "__len__") and len(part) == 0:
                 label = name if key is None else f"{name}[{key!r}]"
                 raise ValueError(f"{label} has no rows: nothing would be trained or evaluated. Check the data.")
@@ -284,12 +285,10 @@ class StableDRLTrainer(GRPOTrainer):
         mask = self._mask_token_id if self.is_diffusion else None
         datasets = [("train_dataset", self.train_dataset)]
         evals = self.eval_dataset
-        for key, part in (evals.items() if isinstance(evals, dict) else [(None, evals)]):
+        for key, part in evals.items() if isinstance(evals, dict) else [(None, evals)]:
             datasets.append(("eval_dataset" if key is None else f"eval_dataset[{key!r}]", part))
         for name, data in datasets:
-            safety.check_prompt_dataset(
-                data, name, self._tokenizer, mask, max_positions, args.max_completion_length
-            )
+            safety.check_prompt_dataset(data, name, self._tokenizer, mask, max_positions, args.max_completion_length)
         if self.eval_dataset is not None and self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
             g = self.num_generations_eval
             if args.per_device_eval_batch_size % g != 0:

@@ -157,7 +157,9 @@ SCRIPTS = {
 
 def swap_class_names(source: str) -> str:
     """The only change a user makes: the two class names (and the module they are imported from)."""
-    swapped = source.replace("from trl import GRPOConfig, GRPOTrainer", "from stabledrl_trl import StableDRLConfig, StableDRLTrainer")
+    swapped = source.replace(
+        "from trl import GRPOConfig, GRPOTrainer", "from stabledrl_trl import StableDRLConfig, StableDRLTrainer"
+    )
     swapped = swapped.replace("GRPOConfig(", "StableDRLConfig(").replace("GRPOTrainer(", "StableDRLTrainer(")
     assert swapped.count("StableDRL") == 4, "every script imports and uses both classes exactly once"
     return swapped
@@ -277,7 +279,9 @@ def test_lora(tmp_path, tiny_llada_path):
     trainer = ns["trainer"]
     named = dict(trainer.model.named_parameters())
     lora_b = [n for n in named if "lora_B" in n]
-    assert lora_b and all(float(named[n].detach().abs().max()) > 0 for n in lora_b), "LoRA B starts at 0 and must train"
+    assert lora_b and all(float(named[n].detach().abs().max()) > 0 for n in lora_b), (
+        "LoRA B starts at 0 and must train"
+    )
     base = weights(tiny_llada_path)
     for n, p in named.items():
         if "lora_" not in n:
@@ -338,7 +342,16 @@ trainer.train(resume_from_checkpoint=True if RESUME else None)
 
 def clean_env() -> dict:
     """The environment a fresh shell gives a script: no launcher or accelerate state left by earlier tests."""
-    drop = ("ACCELERATE_", "MASTER_", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_")
+    drop = (
+        "ACCELERATE_",
+        "MASTER_",
+        "TORCHELASTIC_",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     return env

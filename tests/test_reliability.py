@@ -5,7 +5,6 @@ Each test here is one row of the README's reliability table.
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -320,7 +319,9 @@ def test_resume_picks_the_newest_complete_checkpoint(tmp_path, caplog):
     fake_checkpoint(out / "checkpoint-12", complete=False)  # killed while saving
     with caplog.at_level("WARNING"):
         assert resolve_resume(True, str(out)) == str(out / "checkpoint-10")
-        assert resolve_resume("true", str(out)) == str(out / "checkpoint-10")  # command line: --resume_from_checkpoint true
+        assert resolve_resume("true", str(out)) == str(
+            out / "checkpoint-10"
+        )  # command line: --resume_from_checkpoint true
     assert "Skipping incomplete checkpoint" in caplog.text and "checkpoint-12" in caplog.text
 
 

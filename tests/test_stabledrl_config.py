@@ -126,7 +126,9 @@ def test_explicit_block_length_keeps_it_and_derives_steps(tmp_path):
 
 def test_defaults_fit_a_short_completion_length(tmp_path):
     # A plain GRPOConfig-style call with only a short length: no diffusion field to set by hand.
-    cfg = StableDRLConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", max_completion_length=8)
+    cfg = StableDRLConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", max_completion_length=8
+    )
     assert (cfg.block_length, cfg.diffusion_steps) == (8, 4)
     official = StableDRLConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
     assert (official.max_completion_length, official.block_length, official.diffusion_steps) == (256, 32, 128)

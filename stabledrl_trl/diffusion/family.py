@@ -119,7 +119,9 @@ class MaskedDiffusionFamily(DiffusionFamily):
             **sampler_filters(args),
         )
 
-    def estimate(self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id):
+    def estimate(
+        self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
+    ):
         # The sampler decodes a fixed canvas of max_completion_length positions, and the model sees the tail after
         # the first EOS while it generates. Rebuild that canvas: the tail is visible, unmasked, unscored context.
         c = completion_ids.size(1)
