@@ -256,6 +256,13 @@ class StableDRLTrainer(GRPOTrainer):
                 getattr(embeddings, "num_embeddings", None),
             )
         self._check_datasets_and_layout(unwrapped)
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and self.accelerator.num_processes == 1:
+            raise RuntimeError(
+                f"{launched} processes were launched (WORLD_SIZE={launched}) but accelerate runs this one alone "
+                f"(distributed_type={self.accelerator.distributed_type}): each process would train its own copy. On a "
+                "machine without GPUs set use_cpu=True (gloo on the CPU; accelerate has no FSDP on the CPU)."
+            )
         self._nonfinite_grad_streak = 0
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)

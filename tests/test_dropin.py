@@ -404,3 +404,22 @@ def test_resume_matches_uninterrupted_run(tmp_path, tiny_llada_path):
         assert torch.equal(expected[name], got[name]), name
     initial = weights(tiny_llada_path)
     assert any(not torch.equal(expected[n], initial[n]) for n in expected), "the run must train"
+
+
+@pytest.mark.slow
+def test_two_processes_that_accelerate_would_run_alone_are_refused(tmp_path, tiny_llada_path):
+    # Without use_cpu=True on a machine without GPUs accelerate leaves each launched process undistributed.
+    if torch.cuda.is_available():
+        pytest.skip("on a machine with GPUs these processes are distributed: nothing to refuse")
+    source = TWO_PROCESS_SCRIPT.replace("use_cpu=True,", "use_cpu=False,")
+    script = write_script(tmp_path, source, "train_2proc_gpu_args.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    proc = subprocess.run(
+        [*cmd, script, tiny_llada_path, str(tmp_path / "out")],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode != 0
+    assert "each process would train its own copy" in proc.stderr and "use_cpu=True" in proc.stderr
