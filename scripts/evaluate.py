@@ -83,14 +83,19 @@ class EvaluateArguments:
         default=None, metadata={"help": "Write the results and per-sample outputs to this JSON file."}
     )
     progress: bool = field(default=True, metadata={"help": "Show a progress bar (--no_progress to hide it)."})
+    allow_pickle_checkpoints: bool = field(
+        default=False,
+        metadata={"help": "Allow pickle weights (.bin / .pt), which can run code when loaded. Off: safetensors only."},
+    )
 
 
 def make_parser(subparsers=None):
-    from trl import TrlParser
 
     if subparsers is not None:
         return subparsers.add_parser("evaluate", help="held-out accuracy", dataclass_types=(EvaluateArguments,))
-    return TrlParser((EvaluateArguments,))
+    from stabledrl_trl.safety import make_trl_parser
+
+    return make_trl_parser((EvaluateArguments,))
 
 
 def sampler_settings(args: EvaluateArguments) -> dict:
@@ -112,6 +117,12 @@ def sampler_settings(args: EvaluateArguments) -> dict:
         if value is None:
             value = training.get(training_key, defaults[training_key].default)
         settings[name] = value
+    # Unset block_length / diffusion_steps: the same length-derived defaults as StableDRLConfig.
+    from stabledrl_trl.stabledrl_config import resolve_diffusion_layout
+
+    settings["block_length"], settings["steps"] = resolve_diffusion_layout(
+        settings["gen_length"], settings["block_length"], settings["steps"]
+    )
     return settings
 
 
@@ -127,6 +138,12 @@ def load_model(args: EvaluateArguments):
     dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype, None)
     if dtype is None or (dtype != "auto" and not isinstance(dtype, torch.dtype)):
         raise ValueError(f"dtype={args.dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto.")
+    from stabledrl_trl.safety import check_local_model_path, check_safetensors_only
+
+    check_local_model_path(args.model_name_or_path)
+    if not args.allow_pickle_checkpoints:
+        check_safetensors_only(args.model_name_or_path, what="model_name_or_path")
+    load_kwargs = {} if args.allow_pickle_checkpoints else {"use_safetensors": True}
     adapter_config = os.path.join(args.model_name_or_path, "adapter_config.json")
     is_adapter = os.path.isfile(adapter_config)
     if is_adapter:
@@ -140,12 +157,15 @@ def load_model(args: EvaluateArguments):
             raise ValueError(
                 f"{adapter_config} names no base model; pass --base_model_name_or_path <the model it was trained on>."
             )
-        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+        check_local_model_path(base_path)
+        if not args.allow_pickle_checkpoints:
+            check_safetensors_only(base_path, what="base model")
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, **load_kwargs)
         model = PeftModel.from_pretrained(base, args.model_name_or_path)  # adapter kept separate: no merge
         has_tokenizer = os.path.isfile(os.path.join(args.model_name_or_path, "tokenizer_config.json"))
         tokenizer_path = args.model_name_or_path if has_tokenizer else base_path
     else:
-        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype, **load_kwargs)
         tokenizer_path = args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, padding_side="left")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -166,6 +186,8 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
             raise ValueError(f"num_threads must be a positive integer or None, got {args.num_threads}.")
         torch.set_num_threads(args.num_threads)
     settings = sampler_settings(args)
+    if args.output_file is not None:
+        check_writable(args.output_file)  # before the evaluation, not after it
     model, tokenizer, is_adapter = load_model(args)
     dataset = load_task_dataset(
         args.task,
@@ -200,10 +222,38 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
     }
     print(f"{task.name} {args.split}: accuracy {result['accuracy']:.4f} on {result['n']} samples", flush=True)
     if args.output_file is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)
-        with open(args.output_file, "w") as f:
-            json.dump(output, f, indent=2)
+        write_output(output, args.output_file)
     return output
+
+
+def check_writable(path: str) -> None:
+    """Fail at once when the results file cannot be written (its folder cannot be created or is read-only)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:
+        raise OSError(error.errno, f"output_file={path!r}: cannot create its folder {folder!r} ({error}).") from error
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise PermissionError(f"output_file={path!r} is not writable; choose another --output_file.")
+
+
+def write_output(output: dict, path: str) -> str:
+    """Write the results JSON; if that fails (disk full, permissions changed), keep the per-sample records in a
+    temporary file, say where, and raise: the evaluation's work is never lost."""
+    text = json.dumps(output, indent=2)
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+    except OSError as error:
+        import tempfile
+
+        fd, fallback = tempfile.mkstemp(prefix="stabledrl_eval_", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        raise OSError(
+            error.errno, f"could not write output_file={path!r} ({error}); the results are saved in {fallback}."
+        ) from error
 
 
 if __name__ == "__main__":

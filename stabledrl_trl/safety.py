@@ -255,3 +255,37 @@ def check_fresh_output_dir(output_dir: str, overwrite: bool, is_main_process: bo
 
 def is_disk_full(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+# --------------------------------------------------------------------------------------------- command line
+
+
+def suggest_fields(message: str, known: list[str]) -> str:
+    """`message` (an unknown-argument error) with a "did you mean" for each `--name` in it close to a known field."""
+    import difflib
+
+    hints = []
+    for name in dict.fromkeys(re.findall(r"--([A-Za-z][A-Za-z0-9_]*)", message)):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        if close:
+            hints.append(f"{name!r}: did you mean {close[0]!r}?")
+    return message if not hints else f"{message} ({'; '.join(hints)})"
+
+
+def make_trl_parser(dataclass_types):
+    """TRL's `TrlParser` whose unknown-key errors (YAML or command line) suggest the closest known field."""
+    import dataclasses
+
+    from trl import TrlParser
+
+    class SuggestingParser(TrlParser):
+        def parse_args_and_config(self, args=None, *a, **k):
+            try:
+                return super().parse_args_and_config(args, *a, **k)
+            except ValueError as error:
+                if "Unknown arguments" not in str(error) and "not used by the HfArgumentParser" not in str(error):
+                    raise
+                known = [f.name for t in dataclass_types for f in dataclasses.fields(t)]
+                raise ValueError(suggest_fields(str(error), known)) from None
+
+    return SuggestingParser(dataclass_types)
