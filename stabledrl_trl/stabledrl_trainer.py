@@ -59,19 +59,23 @@ class RewardFunctionError(RuntimeError):
 
 
 def _check_reward_output(name: str, output, n: int):
-    """A reward function must return a list of n numbers or None; anything else is an error naming the function."""
-    if isinstance(output, (str, bytes)) or not isinstance(output, (list, tuple)):
+    """A reward function must return one number (or None) per completion: a list, tuple or 1-D array / tensor of
+    Python, NumPy or 0-d tensor numbers (bools read as 0 / 1, as TRL does). A string, a scalar or nested lists is an error naming the function."""
+    import numbers
+
+    one_dim = getattr(output, "ndim", 1) == 1 and hasattr(output, "__len__")
+    if isinstance(output, (str, bytes, dict)) or not one_dim or not hasattr(output, "__iter__"):
         raise RewardFunctionError(
             f"Reward function {name!r} returned {type(output).__name__} {output!r:.200}; it must return a list of "
             f"{n} floats (one per completion, None for a completion it cannot score)."
         )
     for i, r in enumerate(output):
-        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))):
-            if not (isinstance(r, torch.Tensor) and r.numel() == 1):
-                raise RewardFunctionError(
-                    f"Reward function {name!r} returned {type(r).__name__} {r!r:.200} for completion {i}; each "
-                    "reward must be a float (or None for a completion it cannot score)."
-                )
+        number = isinstance(r, numbers.Real)  # bool included: TRL reads True as 1.0
+        if r is not None and not number and not (isinstance(r, torch.Tensor) and r.numel() == 1):
+            raise RewardFunctionError(
+                f"Reward function {name!r} returned {type(r).__name__} {r!r:.200} for completion {i}; each reward "
+                "must be a float (or None for a completion it cannot score)."
+            )
     return output
 
 
@@ -308,9 +312,11 @@ class StableDRLTrainer(GRPOTrainer):
     def _get_grad_norm(self, model, grad_norm=None):
         """transformers hook, run right before `optimizer.step()`: a step with a non-finite gradient norm is skipped.
 
-        The gradients are dropped (`grad = None`), so the optimiser changes neither the parameters nor its moments;
-        the step is counted (`stabledrl/nonfinite_grad_steps`) and warned about, and `max_nonfinite_grad_steps` in a
-        row stop the run with an error.
+        The gradients are dropped (`grad = None`), so the optimiser changes neither the parameters nor its moments
+        (the learning-rate schedule still advances); the step is counted (`stabledrl/nonfinite_grad_steps`) and
+        warned about, and `max_nonfinite_grad_steps` in a row stop the run with an error. The norm is the global one
+        (after DDP's all-reduce / over FSDP shards), so every process skips the same steps. DeepSpeed steps inside
+        its engine before this hook: there the guard only counts and stops.
         """
         grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
         value = float(grad_norm) if grad_norm is not None else 0.0
@@ -356,8 +362,11 @@ class StableDRLTrainer(GRPOTrainer):
     def save_model(self, output_dir=None, _internal_call=False):
         """`Trainer.save_model`, refusing to write weights that hold inf / NaN (checked on every process)."""
         bad = safety.nonfinite_parameters(self.model)
-        flag = torch.tensor([float(len(bad))], device=self.accelerator.device)
-        if float(self.accelerator.reduce(flag, reduction="sum")) > 0:
+        found = float(len(bad))
+        if self.is_fsdp_enabled or self.is_deepspeed_enabled:
+            # sharded parameters: every process saves collectively, so every process must take the same decision
+            found = float(self.accelerator.reduce(torch.tensor([found], device=self.accelerator.device), "sum"))
+        if found > 0:
             raise NonFiniteGradientError(
                 f"Refusing to save to {output_dir or self.args.output_dir}: parameters hold inf/NaN "
                 f"({', '.join(bad[:3]) or 'on another process'}). The last checkpoint holds the last good weights."

@@ -437,3 +437,22 @@ def test_model_card_of_a_trl_baseline_says_so(tmp_path):
 def test_mask_id_mismatch_between_model_and_tokenizer_names_the_config_field(tmp_path):
     with pytest.raises(ValueError, match="StableDRLConfig field mask_token_id"):
         make_trainer(tmp_path, model=make_llada(mask_token_id=5))  # tokenizer says 1
+
+
+def test_reward_outputs_trl_accepts_are_accepted():
+    import numpy as np
+
+    from stabledrl_trl.stabledrl_trainer import _check_reward_output
+
+    accepted = (
+        [1.0, None, 2],
+        (0.5, 0.5),
+        np.array([1.0, 2.0], dtype=np.float32),
+        [np.float32(1.0), 1],
+        [True, False],
+    )
+    for output in accepted:
+        assert _check_reward_output("f", output, 2) is output
+    for output in (np.zeros((2, 1)), {"a": 1.0}, ["1.0", 2.0]):
+        with pytest.raises(RewardFunctionError, match="'f'"):
+            _check_reward_output("f", output, 2)
