@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .diffusion.dream_sampler import DREAM_ALGORITHMS
+
 # Loss types implemented in this package; TRL's own loss types keep working as baselines.
 OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
 TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -107,6 +109,35 @@ class StableDRLConfig(GRPOConfig):
     )
     cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
 
+    # ---- Sampler choice and Dream's sampler (Dream-v0 / DiffuCoder `diffusion_generate`) ----
+    diffusion_sampler: str = field(
+        default="auto",
+        metadata={
+            "help": "Rollout sampler of a diffusion LM: 'auto' (the family's own: Dream's for Dream / DiffuCoder, "
+            "LLaDA's otherwise), 'llada' (semi-autoregressive blocks; block_length, remasking, cfg_scale) or "
+            "'dream' (one global schedule, no blocks; dream_alg, dream_alg_temp, dream_eps, top_p, top_k)."
+        },
+    )
+    dream_alg: str = field(
+        default="entropy",
+        metadata={
+            "help": "Dream sampler: which masked positions to reveal, one of "
+            f"{list(DREAM_ALGORITHMS)}. 'entropy' (lowest entropy first) is what Dream's README and DiffuCoder use; "
+            "'maskgit_plus' = highest top probability, 'topk_margin' = largest top1 - top2 gap, 'origin' = random."
+        },
+    )
+    dream_alg_temp: float = field(
+        default=0.0,
+        metadata={
+            "help": "Dream sampler: 0 reveals the most confident positions; > 0 draws them from "
+            "softmax(confidence / dream_alg_temp)."
+        },
+    )
+    dream_eps: float = field(
+        default=1e-3,
+        metadata={"help": "Dream sampler: final time of the schedule t = linspace(1, eps, steps + 1), in [0, 1)."},
+    )
+
     # Likelihood estimation
     likelihood_estimator: str = field(
         default="block_random",
@@ -144,6 +175,27 @@ class StableDRLConfig(GRPOConfig):
         },
     )
 
+    # ---- Block diffusion (SDAR, TraDo): rollouts of block-causal models (their block size is the model's
+    # config.block_size; temperature, top_k and top_p are GRPOConfig's fields)
+    block_denoising_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Denoising steps per block for block-diffusion models (SDAR, TraDo); None = the model's block "
+            "size (one token per step at least, SDAR's and TraceRL's setting)."
+        },
+    )
+    block_remasking: str = field(
+        default="low_confidence_dynamic",
+        metadata={
+            "help": "Block-diffusion reveal rule: 'low_confidence_dynamic' (every token above "
+            "block_confidence_threshold, at least the step's scheduled count; TraceRL's rollouts) or "
+            "'low_confidence_static' (the scheduled count, most confident first)."
+        },
+    )
+    block_confidence_threshold: float = field(
+        default=0.9,
+        metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
+    )
     # Run safety (non-finite steps, output folder, checkpoint formats)
     max_nonfinite_grad_steps: int = field(
         default=3,
@@ -236,12 +288,34 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0.")
-        # Sampler layout: unset fields get defaults that fit max_completion_length; a layout set explicitly is checked
-        # unless diffusion=False (an autoregressive model never uses these fields). The trainer checks again once it
-        # knows the model is a diffusion LM.
+        # Sampler layout: unset block_length / diffusion_steps get defaults that fit max_completion_length; a layout
+        # set explicitly is checked where LLaDA's sampler may run (not for diffusion=False: an autoregressive model
+        # never uses these fields; not for Dream's block-free sampler). The trainer checks again once it knows the
+        # model's sampler.
         self.block_length, self.diffusion_steps = resolve_diffusion_layout(
-            self.max_completion_length, self.block_length, self.diffusion_steps, check=self.diffusion is not False
+            self.max_completion_length,
+            self.block_length,
+            self.diffusion_steps,
+            check=self.diffusion is not False and self.diffusion_sampler != "dream",
         )
+        self._check_sampler_choice()
+        # Block diffusion (SDAR, TraDo)
+        from .diffusion.block_sampler import REMASKING_STRATEGIES
+
+        if self.block_remasking not in REMASKING_STRATEGIES:
+            raise ValueError(f"block_remasking={self.block_remasking!r}; choose one of {list(REMASKING_STRATEGIES)}.")
+        if not 0.0 <= self.block_confidence_threshold <= 1.0:
+            raise ValueError(
+                f"block_confidence_threshold={self.block_confidence_threshold} must be in [0, 1]; TraceRL uses 0.9."
+            )
+        if self.block_denoising_steps is not None and self.block_denoising_steps < 1:
+            raise ValueError(
+                f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
+            )
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
         if self.loss_type in OWN_LOSS_TYPES and self.beta != 0.0:
             raise ValueError(
                 f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
@@ -268,6 +342,61 @@ class StableDRLConfig(GRPOConfig):
                 "of a prompt the same text, so every advantage is 0 and nothing is learnt. Use temperature > 0 "
                 "(the official StableDRL recipe uses 0.9) unless this is an evaluation-only run.",
                 stacklevel=3,
+            )
+
+    # ---- Sampler choice and Dream's sampler ----
+    def _check_sampler_choice(self) -> None:
+        """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
+        ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
+        from .diffusion.dream_sampler import validate_dream_sampler_args
+
+        if self.diffusion_sampler not in ("auto", "llada", "dream"):
+            raise ValueError(
+                f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler), "
+                "'llada' or 'dream'."
+            )
+        validate_dream_sampler_args(
+            gen_length=self.max_completion_length,
+            steps=self.diffusion_steps,
+            alg=self.dream_alg,
+            alg_temp=self.dream_alg_temp,
+            eps=self.dream_eps,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k if self.top_k else None,
+        )
+        if self.diffusion_sampler in ("llada", "dream"):
+            check_sampler_settings(self, self.diffusion_sampler)
+
+
+DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
+
+
+def check_sampler_settings(args, sampler: str) -> None:
+    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
+    if sampler == "dream":
+        if args.remasking != "low_confidence":
+            raise ValueError(
+                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
+                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
+            )
+        if args.cfg_scale != 0:
+            raise ValueError(
+                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
+                "diffusion_sampler='llada'."
+            )
+    else:
+        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
+        if changed:
+            raise ValueError(
+                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
+                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
+                f"{DREAM_SAMPLER_DEFAULTS}."
+            )
+        if args.top_p != 1.0 or args.top_k:
+            raise ValueError(
+                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
+                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
             )
 
 

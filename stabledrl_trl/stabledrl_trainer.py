@@ -28,7 +28,7 @@ from trl.trainer.utils import (
 
 from . import safety
 from .diffusion.adapter import as_diffusion_lm, detect_family
-from .diffusion.family import get_family, sampler_filters
+from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, row_seeds
 from .objectives import (
     aggregate_loss,
@@ -138,29 +138,25 @@ def _wrap_reward_func(func):
     return wrapped
 
 
-def check_diffusion_setup(args: StableDRLConfig) -> None:
-    """Diffusion-only checks, run once the model is known to be a diffusion LM: the sampler layout, and TRL sampling
-    options the masked-diffusion sampler does not implement (refused rather than silently ignored)."""
-    check_diffusion_layout(args.max_completion_length, args.block_length, args.diffusion_steps)
+def check_diffusion_setup(args: StableDRLConfig, family) -> None:
+    """Diffusion-only checks, run once the model's family is known: LLaDA's block layout where LLaDA's sampler runs,
+    and TRL sampling options no diffusion sampler implements (refused rather than silently ignored). `top_k` /
+    `top_p` are the family's business (`family.check`: Dream's and SDAR's samplers use them, LLaDA's refuses them)."""
+    sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else None
+    if sampler == "llada":
+        check_diffusion_layout(args.max_completion_length, args.block_length, args.diffusion_steps)
     unsupported = {
         "min_p": (args.min_p, None),
         "repetition_penalty": (args.repetition_penalty, 1.0),
         "generation_kwargs": (args.generation_kwargs, None),
     }
-    # top_k / top_p: TRL's fields, passed to the diffusion sampler by the family (`sampler_filters`) once it takes them.
-    if (args.top_k or 0) > 0 or args.top_p < 1.0:
-        if not sampler_filters(args):
-            raise ValueError(
-                f"top_k={args.top_k}, top_p={args.top_p}: this version's masked-diffusion sampler does not filter "
-                "tokens by top-k / top-p yet, so the setting would be ignored. Leave top_k=0 and top_p=1.0."
-            )
     for name, (value, neutral) in unsupported.items():
         if value != neutral and not (name == "generation_kwargs" and value == {}):
             raise ValueError(
-                f"{name}={value!r} is a TRL option of autoregressive generation; the masked-diffusion sampler has no "
-                f"equivalent, so it would be silently ignored. Remove it (leave {name}={neutral!r}); the diffusion "
-                "sampler's own options are temperature, top_k, top_p, block_length, diffusion_steps, remasking and "
-                "cfg_scale."
+                f"{name}={value!r} is a TRL option of autoregressive generation; the masked-diffusion samplers have "
+                f"no equivalent, so it would be silently ignored. Remove it (leave {name}={neutral!r}); the diffusion "
+                "samplers read temperature, top_k / top_p (Dream, SDAR), block_length, diffusion_steps, remasking "
+                "and cfg_scale (LLaDA)."
             )
 
 
@@ -237,6 +233,8 @@ class StableDRLTrainer(GRPOTrainer):
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
         self._family = family
         self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
+        if self._family_impl is not None:
+            self._family_impl.check(args, unwrapped)  # e.g. top_p with LLaDA's sampler, remasking with Dream's
         self._dlm = None
         if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
             raise ValueError(
@@ -244,7 +242,7 @@ class StableDRLTrainer(GRPOTrainer):
                 "diffusion model; set both to False (rollouts then use the masked-diffusion sampler)."
             )
         if self.is_diffusion:
-            check_diffusion_setup(args)
+            check_diffusion_setup(args, self._family_impl)
             # Resolve and validate the mask / EOS / pad ids once (clear errors here, not at step 37).
             self._dlm = as_diffusion_lm(
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id

@@ -244,3 +244,15 @@ def test_misspelt_key_suggests_the_field(evaluate_script, tmp_path):
         evaluate_script.make_parser().parse_args_and_config(["--config", str(bad)])
     with pytest.raises(ValueError, match="did you mean 'num_samples'"):
         evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", "m", "--num_smaples", "3"])
+
+
+def test_prompt_style_precedence(evaluate_script, tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("task: countdown\nprompt_style: official\n")
+    parse = evaluate_script.make_parser().parse_args_and_config
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config)])
+    assert evaluate_script.prompt_style(args) == "official"  # from the training run
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config), "--prompt_style", "tagged"])
+    assert evaluate_script.prompt_style(args) == "tagged"  # an explicit flag wins
+    (args,) = parse(["--model_name_or_path", "m"])
+    assert evaluate_script.prompt_style(args) == "tagged"  # the default
