@@ -47,6 +47,48 @@ def describe_objective(args) -> tuple[str, str]:
     return short, detail
 
 
+def generation_code(trainer) -> tuple[str, str]:
+    """(import line, call) decoding one prompt greedily with the sampler this model's rollouts used."""
+    args = trainer.args
+    family = trainer._family_impl
+    sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else "block"
+    common = "    mask_token_id=lm.mask_token_id,\n    eos_token_ids=lm.eos_token_ids,\n"
+    if sampler == "dream":
+        imp = "from stabledrl_trl.diffusion.dream_sampler import generate"
+        body = (
+            f"    gen_length={args.max_completion_length},\n    steps={args.diffusion_steps},\n"
+            f"    alg={args.dream_alg!r},\n    alg_temp={args.dream_alg_temp!r},\n    eps={args.dream_eps!r},\n"
+            "    temperature=0.0,\n"
+        )
+        call = (
+            'out = generate(\n    lm,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n' + common + body + ")"
+        )
+    elif sampler == "block":
+        imp = "import torch\n\nfrom stabledrl_trl.diffusion.block_sampler import block_generate"
+        body = (
+            "    pad_token_id=lm.pad_token_id,\n    block_size=model.config.block_size,\n"
+            f"    gen_length={args.max_completion_length},\n    denoising_steps={args.block_denoising_steps!r},\n"
+            f"    temperature={args.temperature!r},\n    remasking={args.block_remasking!r},\n"
+            "    generator=torch.Generator().manual_seed(0),\n"
+        )
+        call = (
+            'out = block_generate(\n    model,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n'
+            + common
+            + body
+            + ")"
+        )
+    else:
+        imp = "from stabledrl_trl.diffusion.sampler import generate"
+        body = (
+            f"    gen_length={args.max_completion_length},\n    block_length={args.block_length},\n"
+            f"    steps={args.diffusion_steps},\n    temperature=0.0,\n    remasking={args.remasking!r},\n"
+        )
+        call = (
+            'out = generate(\n    lm,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n' + common + body + ")"
+        )
+    return imp, call
+
+
 def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> ModelCard:
     from trl.trainer.utils import get_config_model_id
 
@@ -62,13 +104,25 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> 
     tags = {tags} if isinstance(tags, str) else set(tags or [])
     tags.update(trainer._tag_names)
     short, detail = describe_objective(args)
+    generate_import, generate_call = generation_code(trainer) if trainer.is_diffusion else ("", "")
     if not trainer.is_diffusion:
         detail = detail.split("; sequence likelihoods")[0] + "; exact autoregressive log-probabilities."
         rollouts = "TRL's autoregressive generation."
+    elif "block_generate" in generate_call:
+        rollouts = (
+            f"block-diffusion sampler, up to {args.max_completion_length} tokens, block_remasking "
+            f"'{args.block_remasking}', temperature {args.temperature:g}."
+        )
+    elif "alg=" in generate_call:
+        rollouts = (
+            f"Dream's sampler, {args.max_completion_length} positions, {args.diffusion_steps} steps, alg "
+            f"'{args.dream_alg}', temperature {args.temperature:g}."
+        )
     else:
         rollouts = (
-            f"masked-diffusion sampler, {args.max_completion_length} positions in blocks of {args.block_length}, "
-            f"{args.diffusion_steps} steps, temperature {args.temperature:g}, remasking '{args.remasking}'."
+            f"LLaDA's masked-diffusion sampler, {args.max_completion_length} positions in blocks of "
+            f"{args.block_length}, {args.diffusion_steps} steps, temperature {args.temperature:g}, remasking "
+            f"'{args.remasking}'."
         )
     card_data = ModelCardData(
         base_model=base_model,
@@ -94,6 +148,8 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> 
         block_length=args.block_length,
         steps=args.diffusion_steps,
         remasking=args.remasking,
+        generate_import=generate_import,
+        generate_call=generate_call,
         stabledrl_version=__version__,
         trl_version=version("trl"),
         transformers_version=version("transformers"),

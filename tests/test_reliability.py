@@ -394,13 +394,37 @@ def test_ddp_does_not_search_for_unused_parameters_of_a_diffusion_model(tmp_path
 # --------------------------------------------------------------------------- model card
 
 
-def test_model_card_names_stabledrl_cites_the_paper_and_its_quick_start_runs(tmp_path):
+def make_dream():
+    from stabledrl_trl.models.dream import DreamConfig, DreamModel
+
+    config = DreamConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, mask_token_id=1, eos_token_id=0, pad_token_id=0, bos_token_id=0, rope_theta=1e6,
+    )  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return DreamModel(config)
+
+
+def make_sdar():
+    from stabledrl_trl.models.sdar import SDARConfig, SDARForCausalLM
+    from stabledrl_trl.tiny import tiny_sdar_config_dict
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return SDARForCausalLM(SDARConfig(**tiny_sdar_config_dict()))
+
+
+@pytest.mark.parametrize("family", ["llada", "dream", "sdar"])
+def test_model_card_names_stabledrl_cites_the_paper_and_its_quick_start_runs(tmp_path, family):
     import re
     import subprocess
     import sys
 
+    model = {"llada": make_llada, "dream": make_dream, "sdar": make_sdar}[family]()
     args = make_args(tmp_path, max_steps=1, save_strategy="steps", save_steps=1)
-    trainer = make_trainer(tmp_path, args=args)
+    trainer = make_trainer(tmp_path, model=model, args=args)
+    assert trainer._family == family
     trainer.train()  # each checkpoint writes the model card, README.md, into output_dir (as TRL does)
     trainer.save_model(args.output_dir)
     build_tiny_tokenizer().save_pretrained(args.output_dir)

@@ -36,7 +36,8 @@ class DreamConfig(Qwen2Config):
 
     def __post_init__(self, **kwargs):
         # Kept for saving only: the registered native class always takes precedence over this remote code.
-        self.auto_map = kwargs.pop("auto_map", None)
+        # {} rather than None: transformers' Auto classes test `name in config.auto_map` whenever the attribute exists
+        self.auto_map = kwargs.pop("auto_map", None) or {}
         super().__post_init__(**kwargs)
         if "sliding_attention" in self.layer_types:
             raise ValueError(

@@ -276,3 +276,19 @@ def test_non_default_rope_is_saved_as_rope_scaling(tmp_path):
     ids = torch.randint(0, 120, (1, 9), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         assert torch.equal(reloaded.eval()(ids).logits, model(ids).logits)
+
+
+def test_checkpoint_built_locally_without_auto_map_loads_through_the_auto_classes(tmp_path):
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    config = tiny_dream_config()
+    config.pop("auto_map")
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = DreamModel(DreamConfig(**config))
+    model.save_pretrained(tmp_path)
+    for auto in (AutoModel, AutoModelForCausalLM):
+        loaded = auto.from_pretrained(tmp_path)
+        assert type(loaded).__name__ == "DreamModel"
+        for p, q in zip(model.parameters(), loaded.parameters(), strict=True):
+            assert torch.equal(p, q)
