@@ -472,3 +472,24 @@ def test_reward_outputs_trl_accepts_are_accepted():
     for output in (np.zeros((2, 1)), {"a": 1.0}, ["1.0", 2.0]):
         with pytest.raises(RewardFunctionError, match="'f'"):
             _check_reward_output("f", output, 2)
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("_get_grad_norm", ["self", "model", "grad_norm"]),
+        ("_build_accelerator_args", ["self"]),
+        ("_save_checkpoint", ["self", "model", "trial"]),
+        ("save_model", ["self", "output_dir", "_internal_call"]),
+        ("create_model_card", ["self", "model_name", "dataset_name", "tags"]),
+        ("train", ["self", "resume_from_checkpoint", "trial"]),
+    ],
+)
+def test_transformers_and_trl_hooks_the_safety_checks_override_still_exist(name, params):
+    import inspect
+
+    from trl import GRPOTrainer
+
+    assert hasattr(GRPOTrainer, name), name
+    found = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+    assert found[: len(params)] == params, (name, found)
