@@ -355,6 +355,8 @@ class StableDRLConfig(GRPOConfig):
                 f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler), "
                 "'llada' or 'dream'."
             )
+        if self.diffusion is False or self.max_completion_length is None:
+            return  # an autoregressive model reads none of the diffusion samplers' settings
         validate_dream_sampler_args(
             gen_length=self.max_completion_length,
             steps=self.diffusion_steps,
@@ -418,6 +420,11 @@ def resolve_diffusion_layout(
     autoregressive); `check_diffusion_layout` checks it later. Messages use the config's field names.
     """
     length = max_completion_length
+    if length is None:
+        return (
+            block_length,
+            diffusion_steps,
+        )  # TRL's "no limit" for autoregressive models; the trainer refuses it for a dLLM
     if not _is_int(length) or length < 1:
         raise ValueError(f"max_completion_length must be a positive integer, got {length!r}.")
     if block_length is None:
@@ -433,6 +440,11 @@ def resolve_diffusion_layout(
 def check_diffusion_layout(max_completion_length: int, block_length, diffusion_steps) -> None:
     """Raise a ValueError naming the config field, its value and the fix for a layout the sampler cannot run."""
     length = max_completion_length
+    if length is None:
+        raise ValueError(
+            "max_completion_length=None: a diffusion LM decodes a fixed canvas of max_completion_length positions; "
+            "set it (the official StableDRL recipe uses 256)."
+        )
     if not _is_int(block_length) or block_length < 1:
         raise ValueError(f"block_length must be a positive integer (or None for the default), got {block_length!r}.")
     if length % block_length != 0:
@@ -463,6 +475,10 @@ def check_diffusion_layout(max_completion_length: int, block_length, diffusion_s
         )
 
 
+# Fields whose None has a documented TRL meaning although their default is not None.
+NONE_ALLOWED = ("max_completion_length",)  # no limit: transformers' generation config decides (autoregressive only)
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -486,7 +502,7 @@ def check_field_types(config) -> None:
         if kinds not in ({int}, {float}):
             continue
         if value is None:
-            if type(None) in args and f.default is None:
+            if type(None) in args and (f.default is None or f.name in NONE_ALLOWED):
                 continue
             raise TypeError(
                 f"{f.name}=None: this field needs {'an integer' if kinds == {int} else 'a number'}; remove the line "

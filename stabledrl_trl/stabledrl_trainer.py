@@ -143,6 +143,8 @@ def check_diffusion_setup(args: StableDRLConfig, family) -> None:
     and TRL sampling options no diffusion sampler implements (refused rather than silently ignored). `top_k` /
     `top_p` are the family's business (`family.check`: Dream's and SDAR's samplers use them, LLaDA's refuses them)."""
     sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else None
+    if args.max_completion_length is None:
+        check_diffusion_layout(None, args.block_length, args.diffusion_steps)  # raises: a dLLM needs a length
     if sampler == "llada":
         check_diffusion_layout(args.max_completion_length, args.block_length, args.diffusion_steps)
     unsupported = {

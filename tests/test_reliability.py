@@ -493,3 +493,10 @@ def test_transformers_and_trl_hooks_the_safety_checks_override_still_exist(name,
     assert hasattr(GRPOTrainer, name), name
     found = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
     assert found[: len(params)] == params, (name, found)
+
+
+def test_diffusion_model_without_completion_length_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="max_completion_length=None: a diffusion LM"):
+        make_trainer(tmp_path, args=make_args(tmp_path, max_completion_length=None))
+    trainer = make_trainer(tmp_path, model=make_llama(), args=make_args(tmp_path, max_completion_length=None))
+    assert not trainer.is_diffusion  # TRL's "no limit" for an autoregressive model

@@ -188,3 +188,13 @@ def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
     for sampler in ("auto", "llada"):
         with pytest.raises(ValueError, match="block_length"):
             make(tmp_path, diffusion_sampler=sampler, max_completion_length=60, diffusion_steps=7)
+
+
+def test_no_completion_length_limit_is_kept_for_autoregressive_models(tmp_path):
+    # TRL's max_completion_length=None (no limit) stays valid; a diffusion LM is refused it by the trainer.
+    cfg = make(tmp_path, max_completion_length=None, block_length=None, diffusion_steps=None)
+    assert cfg.max_completion_length is None
+    from stabledrl_trl.stabledrl_config import check_diffusion_layout
+
+    with pytest.raises(ValueError, match="max_completion_length=None: a diffusion LM"):
+        check_diffusion_layout(None, cfg.block_length, cfg.diffusion_steps)
