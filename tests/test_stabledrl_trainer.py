@@ -514,3 +514,42 @@ def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path)
             train_dataset=make_dataset(),
             processing_class=build_tiny_tokenizer(),
         )
+
+
+def test_saved_models_are_in_lladas_format_and_checkpoints_resume_exactly(tmp_path, llada_fixture_dir):
+    """Checkpoints and the final model carry LLaDA's weight names, config keys and auto_map (LLaDA's own code loads
+    them); resuming from such a checkpoint reproduces the uninterrupted run's weights exactly."""
+    import json
+
+    from safetensors.torch import load_file
+
+    def trainer_for(out, **kw):
+        args = make_args(tmp_path, output_dir=str(out), mask_token_id=317, max_steps=2, **kw)
+        return StableDRLTrainer(
+            model=str(llada_fixture_dir),
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=build_tiny_tokenizer(),
+        )
+
+    full = trainer_for(tmp_path / "full", save_strategy="steps", save_steps=1)
+    full.train()
+    full.save_model(str(tmp_path / "final"))
+    fixture_names = sorted(load_file(str(llada_fixture_dir / "model.safetensors")))
+    fixture_config = json.loads((llada_fixture_dir / "config.json").read_text())
+    for folder in (tmp_path / "full" / "checkpoint-1", tmp_path / "final"):
+        assert sorted(load_file(str(folder / "model.safetensors"))) == fixture_names
+        saved = json.loads((folder / "config.json").read_text())
+        for key in ("auto_map", "model_type", "rope_theta", "d_model", "n_layers", "embedding_size", "weight_tying"):
+            assert saved[key] == fixture_config[key], key
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    initial = load_file(str(llada_fixture_dir / "model.safetensors"))
+    assert not torch.equal(
+        final["model.transformer.blocks.0.ff_proj.weight"], initial["model.transformer.blocks.0.ff_proj.weight"]
+    )
+
+    resumed = trainer_for(tmp_path / "resumed", save_strategy="no")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))
+    for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
