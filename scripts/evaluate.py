@@ -29,6 +29,12 @@ SAMPLER_FROM_TRAINING = {
     "temperature": "temperature",
     "remasking": "remasking",
     "cfg_scale": "cfg_scale",
+    "sampler": "diffusion_sampler",
+    "dream_alg": "dream_alg",
+    "dream_alg_temp": "dream_alg_temp",
+    "dream_eps": "dream_eps",
+    "top_p": "top_p",
+    "top_k": "top_k",
 }
 
 
@@ -68,6 +74,19 @@ class EvaluateArguments:
     temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (0 = greedy)."})
     remasking: str | None = field(default=None, metadata={"help": "'low_confidence' or 'random'."})
     cfg_scale: float | None = field(default=None, metadata={"help": "Classifier-free guidance scale (0 = off)."})
+    sampler: str | None = field(
+        default=None,
+        metadata={
+            "help": "'auto' (the model family's own sampler), 'llada' or 'dream' (training: diffusion_sampler)."
+        },
+    )
+    dream_alg: str | None = field(
+        default=None, metadata={"help": "Dream sampler: entropy, maskgit_plus, topk_margin or origin."}
+    )
+    dream_alg_temp: float | None = field(default=None, metadata={"help": "Dream sampler: position temperature."})
+    dream_eps: float | None = field(default=None, metadata={"help": "Dream sampler: final time of the schedule."})
+    top_p: float | None = field(default=None, metadata={"help": "Dream sampler: nucleus filtering (1.0 = off)."})
+    top_k: int | None = field(default=None, metadata={"help": "Dream sampler: top-k filtering (0 = off)."})
     batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16, float16 or auto."})
