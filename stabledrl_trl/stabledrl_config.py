@@ -32,7 +32,8 @@ class StableDRLConfig(GRPOConfig):
     `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
-    positions, split into blocks of `block_length` and decoded in `diffusion_steps` denoising steps.
+    positions, decoded in `diffusion_steps` denoising steps, by LLaDA's sampler in blocks of `block_length` or by
+    Dream's sampler (Dream / DiffuCoder, `diffusion_sampler`) over the whole completion with `dream_alg` ranking.
 
     Group-exact self-normalisation: `stable_drl` and `stable_drl_ratio` normalise over the G completions of one
     prompt, so each micro-batch must hold whole groups: `per_device_train_batch_size` must be a multiple of
