@@ -7,7 +7,8 @@
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (max_completion_length, block_length, diffusion_steps, temperature, remasking,
-cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. Completions are sampled in batches of
+cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. The prompt style (tagged or official)
+follows the same precedence (default "tagged"); scoring is the task's tagged correctness reward (1 / 0). Completions are sampled in batches of
 left-padded prompts with a progress bar; the accuracy and every sample's prompt, completion, gold answer and reward
 are written as JSON to `--output_file`.
 """
@@ -35,6 +36,9 @@ SAMPLER_FROM_TRAINING = {
     "dream_eps": "dream_eps",
     "top_p": "top_p",
     "top_k": "top_k",
+    "block_denoising_steps": "block_denoising_steps",
+    "block_remasking": "block_remasking",
+    "block_confidence_threshold": "block_confidence_threshold",
 }
 
 
@@ -62,6 +66,13 @@ class EvaluateArguments:
     system_prompt: str | None = field(
         default=None, metadata={"help": "Instructions before each question; None uses the task's default."}
     )
+    prompt_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "'tagged' or 'official' prompts (stabledrl_trl.tasks); None: the training config's prompt_style, "
+            "else 'tagged'. Scoring is the task's tagged correctness reward either way."
+        },
+    )
     training_config: str | None = field(
         default=None,
         metadata={"help": "The training run's YAML; its sampler settings become the defaults of the flags below."},
@@ -85,8 +96,19 @@ class EvaluateArguments:
     )
     dream_alg_temp: float | None = field(default=None, metadata={"help": "Dream sampler: position temperature."})
     dream_eps: float | None = field(default=None, metadata={"help": "Dream sampler: final time of the schedule."})
-    top_p: float | None = field(default=None, metadata={"help": "Dream sampler: nucleus filtering (1.0 = off)."})
-    top_k: int | None = field(default=None, metadata={"help": "Dream sampler: top-k filtering (0 = off)."})
+    top_p: float | None = field(
+        default=None, metadata={"help": "Dream / block sampler: nucleus filtering (1.0 = off)."}
+    )
+    top_k: int | None = field(default=None, metadata={"help": "Dream / block sampler: top-k filtering (0 = off)."})
+    block_denoising_steps: int | None = field(
+        default=None, metadata={"help": "Block diffusion: denoising steps per block (None = the block size)."}
+    )
+    block_remasking: str | None = field(
+        default=None, metadata={"help": "Block diffusion: low_confidence_dynamic or low_confidence_static."}
+    )
+    block_confidence_threshold: float | None = field(
+        default=None, metadata={"help": "Block diffusion: threshold of low_confidence_dynamic."}
+    )
     batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16, float16 or auto."})
@@ -132,6 +154,20 @@ def sampler_settings(args: EvaluateArguments) -> dict:
             value = training.get(training_key, defaults[training_key].default)
         settings[name] = value
     return settings
+
+
+def prompt_style(args: EvaluateArguments) -> str:
+    """Explicit flag > the training YAML's prompt_style > "tagged"."""
+    if args.prompt_style is not None:
+        return args.prompt_style
+    if args.training_config is not None:
+        import yaml
+
+        with open(args.training_config) as f:
+            training = yaml.safe_load(f) or {}
+        if isinstance(training, dict) and training.get("prompt_style") is not None:
+            return training["prompt_style"]
+    return "tagged"
 
 
 def load_model(args: EvaluateArguments):
@@ -194,6 +230,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         num_samples=args.num_samples,
         system_prompt=args.system_prompt,
         seed=args.dataset_seed,
+        prompt_style=prompt_style(args),
     )
     result = evaluate_model(
         model,

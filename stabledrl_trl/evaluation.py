@@ -84,6 +84,9 @@ def evaluate_model(
     dream_eps: float = 1e-3,
     top_p: float = 1.0,
     top_k: int = 0,
+    block_denoising_steps: int | None = None,
+    block_remasking: str = "low_confidence_dynamic",
+    block_confidence_threshold: float = 0.9,
     batch_size: int = 32,
     seed: int = 0,
     progress: bool = True,
@@ -96,8 +99,9 @@ def evaluate_model(
         or a `datasets.Dataset`).
     reward_func_or_task: a TRL-style reward function, a `TaskSpec` or a registered task name (its correctness
         reward is used).
-    sampler, dream_alg, dream_alg_temp, dream_eps, top_p, top_k: as `StableDRLConfig`'s diffusion_sampler and
-        fields of the same names ("auto" = the family's own sampler; top_p 1.0 / top_k 0 = no filtering).
+    sampler, dream_alg, dream_alg_temp, dream_eps, top_p, top_k, block_*: as `StableDRLConfig`'s diffusion_sampler
+        and fields of the same names ("auto" = the family's own sampler; top_p 1.0 / top_k 0 = no filtering; the
+        block_* fields drive block-diffusion models).
     progress / desc: show a tqdm bar over batches with this label.
     Returns {"accuracy", "n" (rows scored), "num_rows", "records": [{"prompt", "completion", "answer", "reward"}]},
     where "prompt" is the rendered prompt text and "answer" the row's "answer" column (None when absent).
@@ -120,16 +124,19 @@ def evaluate_model(
         dream_eps=dream_eps,
         top_p=top_p,
         top_k=top_k,
+        block_denoising_steps=block_denoising_steps,
+        block_remasking=block_remasking,
+        block_confidence_threshold=block_confidence_threshold,
     )
     if sampler not in ("auto", "llada", "dream"):
         raise ValueError(f"sampler={sampler!r}; choose 'auto' (the model family's own), 'llada' or 'dream'.")
     family = get_family(adapter.family)
-    family.check_args(settings)
+    family.check(settings, adapter.model)
     if family.sampler_name(settings) == "dream":
         validate_dream_sampler_args(
             gen_length, steps, dream_alg, dream_alg_temp, dream_eps, temperature, top_p, top_k if top_k else None
         )
-    else:
+    elif family.sampler_name(settings) == "llada":  # families with their own sampler validate in `generate`
         validate_sampler_args(
             gen_length, block_length, steps, temperature, remasking, cfg_scale, adapter.mask_token_id
         )

@@ -166,6 +166,28 @@ class StableDRLConfig(GRPOConfig):
         },
     )
 
+    # ---- Block diffusion (SDAR, TraDo): rollouts of block-causal models (their block size is the model's
+    # config.block_size; temperature, top_k and top_p are GRPOConfig's fields)
+    block_denoising_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Denoising steps per block for block-diffusion models (SDAR, TraDo); None = the model's block "
+            "size (one token per step at least, SDAR's and TraceRL's setting)."
+        },
+    )
+    block_remasking: str = field(
+        default="low_confidence_dynamic",
+        metadata={
+            "help": "Block-diffusion reveal rule: 'low_confidence_dynamic' (every token above "
+            "block_confidence_threshold, at least the step's scheduled count; TraceRL's rollouts) or "
+            "'low_confidence_static' (the scheduled count, most confident first)."
+        },
+    )
+    block_confidence_threshold: float = field(
+        default=0.9,
+        metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
+    )
+
     def __post_init__(self):
         # Layout checks first: TRL's own check on the same numbers gives a less specific message.
         if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
@@ -247,6 +269,25 @@ class StableDRLConfig(GRPOConfig):
                 cfg_scale=self.cfg_scale,
                 mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
             )
+        # Block diffusion (SDAR, TraDo)
+        from .diffusion.block_sampler import REMASKING_STRATEGIES
+
+        if self.block_remasking not in REMASKING_STRATEGIES:
+            raise ValueError(
+                f"block_remasking={self.block_remasking!r}; choose one of {list(REMASKING_STRATEGIES)}."
+            )
+        if not 0.0 <= self.block_confidence_threshold <= 1.0:
+            raise ValueError(
+                f"block_confidence_threshold={self.block_confidence_threshold} must be in [0, 1]; TraceRL uses 0.9."
+            )
+        if self.block_denoising_steps is not None and self.block_denoising_steps < 1:
+            raise ValueError(
+                f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
+            )
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
         if self.loss_type in OWN_LOSS_TYPES and self.beta != 0.0:
             raise ValueError(
                 f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "

@@ -134,7 +134,7 @@ class StableDRLTrainer(GRPOTrainer):
         self._family = family
         self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
         if self._family_impl is not None:
-            self._family_impl.check_args(args)  # e.g. top_p with LLaDA's sampler, remasking with Dream's
+            self._family_impl.check(args, unwrapped)  # e.g. top_p with LLaDA's sampler, remasking with Dream's
         self._dlm = None
         if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
             raise ValueError(

@@ -202,3 +202,27 @@ def test_each_family_is_evaluated_with_its_training_sampler(tiny_tokenizer, tiny
         _tiny_eval(tiny_llada, tiny_tokenizer, rows, top_p=0.9)
     with pytest.raises(ValueError, match="sampler="):
         _tiny_eval(tiny_llada, tiny_tokenizer, rows, sampler="fast")
+
+
+def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenizer, monkeypatch):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from stabledrl_trl.diffusion import family as family_module
+    from stabledrl_trl.tiny import tiny_sdar_config_dict
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        sdar = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_sdar_config_dict())).eval()
+    calls = []
+    block_generate = family_module.block_generate
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["block_size"])
+        return block_generate(*args, **kwargs)
+
+    monkeypatch.setattr(family_module, "block_generate", counted)
+    # block_length=3 would be an invalid LLaDA layout: it is not checked, LLaDA's sampler does not run
+    result = _tiny_eval(sdar, tiny_tokenizer, _rows(["4131", "0000"]), block_length=3)
+    assert calls and result["num_rows"] == 2
+    with pytest.raises(ValueError, match="diffusion_sampler='dream'"):
+        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), sampler="dream")

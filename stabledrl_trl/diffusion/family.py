@@ -16,9 +16,12 @@ Families registered here:
   (`diffusion/sampler.py`) and the estimators of `diffusion/estimators.py` on the rollout's fixed canvas.
 - "dream": Dream's own sampler (`diffusion/dream_sampler.py`: global schedule, entropy / maskgit_plus /
   topk_margin / origin ranking) and the full-attention estimators; Dream's logits are realigned by the adapter.
-`StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
-sampler of `SAMPLERS`; `check_args` rejects settings that sampler would ignore.
+- "sdar": block diffusion (SDAR, TraDo), block-causal attention. SDAR's block sampler with an exact KV cache
+  (`diffusion/block_sampler.py`) and one-pass staircase estimates (`diffusion/block_estimators.py`) with the same
+  masks and estimator forms as the full-attention family.
 Autoregressive models have no family: the trainer keeps TRL's generation and exact log-probabilities.
+`StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
+sampler of `SAMPLERS`; `check` rejects settings that sampler would ignore.
 
 Adding a family: subclass `DiffusionFamily`, implement `generate` and `estimate` (and `estimator_passes` if its
 cost differs), register an instance in `FAMILIES` under the name `diffusion.adapter.detect_family` returns.
@@ -29,7 +32,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .adapter import DiffusionAdapter
+from .adapter import DiffusionAdapter, unwrap_model
+from .block_estimators import staircase_estimate
+from .block_sampler import block_generate
 from .dream_sampler import generate as dream_generate
 from .estimators import LikelihoodEstimate, estimate_likelihood, estimator_cost
 from .sampler import SamplerOutput
@@ -120,10 +125,16 @@ class DiffusionFamily:
         choice = getattr(args, "diffusion_sampler", "auto")
         return self.default_sampler if choice == "auto" else choice
 
-    def check_args(self, args) -> None:
-        """Raise (with the fix) if `args` sets what this family's rollouts would ignore; the trainer calls it once."""
+    def check(self, args, model) -> None:
+        """Raise a ValueError naming the field and the fix when `args` cannot drive this family's `model`, or sets
+        what its rollouts would ignore (e.g. top_p with LLaDA's sampler); the trainer calls it once, at construction."""
         if self.default_sampler is not None:
             check_sampler_settings(args, self.sampler_name(args))
+        elif getattr(args, "diffusion_sampler", "auto") != "auto":
+            raise ValueError(
+                f"diffusion_sampler={args.diffusion_sampler!r}: {self.name} models decode with their own sampler, not "
+                "LLaDA's or Dream's; set diffusion_sampler='auto'."
+            )
 
     def generate(
         self,
@@ -226,10 +237,78 @@ class MaskedLMFamily(MaskedDiffusionFamily):
     name = "masked_lm"
 
 
+class BlockDiffusionFamily(DiffusionFamily):
+    """Block diffusion (SDAR, TraDo): SDAR's cached block sampler and staircase likelihood estimates.
+
+    The block size is the model's `config.block_size`. Rollouts: `max_completion_length` new tokens,
+    `block_denoising_steps` steps per block (None = block size), `block_remasking`, `block_confidence_threshold`,
+    `temperature`, `top_k`, `top_p`. A completion ends at its first EOS; nothing after it is part of the estimate
+    (block-causal attention: later blocks never influence earlier ones, and the rest of the EOS block is not kept by
+    TRL).
+    """
+
+    name = "sdar"
+
+    @staticmethod
+    def block_size(adapter_or_model) -> int:
+        model = adapter_or_model.model if isinstance(adapter_or_model, DiffusionAdapter) else adapter_or_model
+        return int(unwrap_model(model).config.block_size)
+
+    def check(self, args, model) -> None:
+        super().check(args, model)
+        block = self.block_size(model)
+        steps = args.block_denoising_steps
+        if steps is not None and steps > block:
+            raise ValueError(
+                f"block_denoising_steps={steps} exceeds the model's block size {block}: every step reveals at least "
+                f"one token; use block_denoising_steps <= {block} or None (= {block})."
+            )
+
+    def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+        out = block_generate(
+            adapter.model,
+            prompt_ids,
+            prompt_mask,
+            mask_token_id=adapter.mask_token_id,
+            eos_token_ids=tuple(eos_token_ids),
+            pad_token_id=adapter.pad_token_id,
+            block_size=self.block_size(adapter),
+            gen_length=args.max_completion_length,
+            denoising_steps=args.block_denoising_steps,
+            temperature=args.temperature,
+            top_k=args.top_k or 0,
+            top_p=1.0 if args.top_p is None else args.top_p,
+            remasking=args.block_remasking,
+            confidence_threshold=args.block_confidence_threshold,
+            generator=generator,
+        )
+        return SamplerOutput(out.completion_ids, out.completion_mask)
+
+    def estimate(self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id):
+        name = args.likelihood_estimator
+        return staircase_estimate(
+            name,
+            adapter.model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            block_size=self.block_size(adapter),
+            mask_token_id=adapter.mask_token_id,
+            seed=seeds,
+            num_samples=self.num_mc_samples(args),
+            p_mask_prompt=args.p_mask_prompt,
+            chunk_size=args.estimator_chunk_size,
+            eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
+            estimator_block_size=args.estimator_block_size if name == "block_random" else None,
+        )
+
+
 FAMILIES: dict[str, DiffusionFamily] = {
     "llada": MaskedDiffusionFamily(),
     "dream": DreamFamily(),
     "masked_lm": MaskedLMFamily(),
+    "sdar": BlockDiffusionFamily(),
 }
 
 

@@ -116,5 +116,5 @@ def test_dream_family_uses_dreams_sampler_by_default(tiny_tokenizer, tmp_path):
 def test_family_rejects_settings_its_sampler_ignores(tmp_path, family, kwargs, match):
     args = _args(tmp_path, **kwargs)  # "auto": valid at construction, the family decides
     with pytest.raises(ValueError, match=match):
-        get_family(family).check_args(args)
-    get_family("llada" if family == "dream" else "dream").check_args(args)  # the other family's sampler reads them
+        get_family(family).check(args, None)
+    get_family("llada" if family == "dream" else "dream").check(args, None)  # the other family's sampler reads them

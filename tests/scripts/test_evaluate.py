@@ -80,7 +80,8 @@ def test_full_model_writes_json(evaluate_script, checkpoints, tmp_path):
     assert written["sampler"] == {
         "gen_length": 8, "block_length": 4, "steps": 4, "temperature": 0.0, "remasking": "low_confidence",
         "cfg_scale": 0.0, "sampler": "auto", "dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
-        "top_p": 1.0, "top_k": 0,
+        "top_p": 1.0, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9,
     }  # fmt: skip
     rewards = [r["reward"] for r in written["records"]]
     assert written["accuracy"] == pytest.approx(sum(rewards) / 6)
@@ -146,7 +147,8 @@ def test_sampler_settings_precedence(evaluate_script, tmp_path):
     assert evaluate_script.sampler_settings(args) == {
         "gen_length": 16, "block_length": 8, "steps": 8, "temperature": 0.7, "remasking": "low_confidence",
         "cfg_scale": 0.0, "sampler": "dream", "dream_alg": "maskgit_plus", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
-        "top_p": 0.95, "top_k": 0,
+        "top_p": 0.95, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9,
     }  # fmt: skip
     from stabledrl_trl.stabledrl_config import StableDRLConfig
 
@@ -178,3 +180,15 @@ def test_missing_model_and_bad_dtype(evaluate_script):
         evaluate_script.load_model(args)
     with pytest.raises(ValueError, match="num_threads"):
         evaluate_script.main(argv=["--model_name_or_path", "m", "--num_threads", "0"])
+
+
+def test_prompt_style_precedence(evaluate_script, tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("task: countdown\nprompt_style: official\n")
+    parse = evaluate_script.make_parser().parse_args_and_config
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config)])
+    assert evaluate_script.prompt_style(args) == "official"  # from the training run
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config), "--prompt_style", "tagged"])
+    assert evaluate_script.prompt_style(args) == "tagged"  # an explicit flag wins
+    (args,) = parse(["--model_name_or_path", "m"])
+    assert evaluate_script.prompt_style(args) == "tagged"  # the default
