@@ -226,3 +226,5 @@ def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenize
     assert calls and result["num_rows"] == 2
     with pytest.raises(ValueError, match="diffusion_sampler='dream'"):
         _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), sampler="dream")
+    with pytest.raises(ValueError, match="dream_alg"):  # a setting its sampler would ignore
+        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), dream_alg="origin")

@@ -135,6 +135,17 @@ class DiffusionFamily:
                 f"diffusion_sampler={args.diffusion_sampler!r}: {self.name} models decode with their own sampler, not "
                 "LLaDA's or Dream's; set diffusion_sampler='auto'."
             )
+        else:
+            unused = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
+            if getattr(args, "remasking", "low_confidence") != "low_confidence":
+                unused["remasking"] = args.remasking
+            if getattr(args, "cfg_scale", 0) != 0:
+                unused["cfg_scale"] = args.cfg_scale
+            if unused:
+                raise ValueError(
+                    f"{unused} are settings of LLaDA's / Dream's samplers, which {self.name} models do not use (they "
+                    "decode with their own sampler); leave them at their defaults."
+                )
 
     def generate(
         self,

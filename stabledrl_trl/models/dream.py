@@ -149,7 +149,7 @@ class DreamModel(Qwen2ForCausalLM):
     def generate(self, *args, **kwargs):
         raise NotImplementedError(
             "Dream is a masked diffusion model: left-to-right `generate` does not apply. Use the masked-diffusion "
-            "sampler in stabledrl_trl.diffusion.sampler with stabledrl_trl.diffusion.adapter.as_diffusion_lm(model)."
+            "sampler in stabledrl_trl.diffusion.dream_sampler with stabledrl_trl.diffusion.adapter.as_diffusion_lm(model)."
         )
 
 
