@@ -32,6 +32,15 @@ SAMPLER_FROM_TRAINING = {
     "temperature": "temperature",
     "remasking": "remasking",
     "cfg_scale": "cfg_scale",
+    "sampler": "diffusion_sampler",
+    "dream_alg": "dream_alg",
+    "dream_alg_temp": "dream_alg_temp",
+    "dream_eps": "dream_eps",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "block_denoising_steps": "block_denoising_steps",
+    "block_remasking": "block_remasking",
+    "block_confidence_threshold": "block_confidence_threshold",
 }
 
 
@@ -86,6 +95,30 @@ class EvaluateArguments:
     temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (0 = greedy)."})
     remasking: str | None = field(default=None, metadata={"help": "'low_confidence' or 'random'."})
     cfg_scale: float | None = field(default=None, metadata={"help": "Classifier-free guidance scale (0 = off)."})
+    sampler: str | None = field(
+        default=None,
+        metadata={
+            "help": "'auto' (the model family's own sampler), 'llada' or 'dream' (training: diffusion_sampler)."
+        },
+    )
+    dream_alg: str | None = field(
+        default=None, metadata={"help": "Dream sampler: entropy, maskgit_plus, topk_margin or origin."}
+    )
+    dream_alg_temp: float | None = field(default=None, metadata={"help": "Dream sampler: position temperature."})
+    dream_eps: float | None = field(default=None, metadata={"help": "Dream sampler: final time of the schedule."})
+    top_p: float | None = field(
+        default=None, metadata={"help": "Dream / block sampler: nucleus filtering (1.0 = off)."}
+    )
+    top_k: int | None = field(default=None, metadata={"help": "Dream / block sampler: top-k filtering (0 = off)."})
+    block_denoising_steps: int | None = field(
+        default=None, metadata={"help": "Block diffusion: denoising steps per block (None = the block size)."}
+    )
+    block_remasking: str | None = field(
+        default=None, metadata={"help": "Block diffusion: low_confidence_dynamic or low_confidence_static."}
+    )
+    block_confidence_threshold: float | None = field(
+        default=None, metadata={"help": "Block diffusion: threshold of low_confidence_dynamic."}
+    )
     batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16, float16 or auto."})

@@ -33,7 +33,8 @@ class StableDRLConfig(GRPOConfig):
     `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
-    positions, split into blocks of `block_length` and decoded in `diffusion_steps` denoising steps.
+    positions, decoded in `diffusion_steps` denoising steps, by LLaDA's sampler in blocks of `block_length` or by
+    Dream's sampler (Dream / DiffuCoder, `diffusion_sampler`) over the whole completion with `dream_alg` ranking.
 
     Group-exact self-normalisation: `stable_drl` and `stable_drl_ratio` normalise over the G completions of one
     prompt, so each micro-batch must hold whole groups: `per_device_train_batch_size` must be a multiple of
@@ -315,6 +316,7 @@ class StableDRLConfig(GRPOConfig):
         """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
         ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
         from .diffusion.dream_sampler import validate_dream_sampler_args
+        from .diffusion.family import check_sampler_settings
 
         if self.diffusion_sampler not in ("auto", "llada", "dream"):
             raise ValueError(
@@ -334,33 +336,3 @@ class StableDRLConfig(GRPOConfig):
         if self.diffusion_sampler in ("llada", "dream"):
             check_sampler_settings(self, self.diffusion_sampler)
 
-
-DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
-
-
-def check_sampler_settings(args, sampler: str) -> None:
-    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
-    if sampler == "dream":
-        if args.remasking != "low_confidence":
-            raise ValueError(
-                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
-                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
-            )
-        if args.cfg_scale != 0:
-            raise ValueError(
-                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
-                "diffusion_sampler='llada'."
-            )
-    else:
-        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
-        if changed:
-            raise ValueError(
-                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
-                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
-                f"{DREAM_SAMPLER_DEFAULTS}."
-            )
-        if args.top_p != 1.0 or args.top_k:
-            raise ValueError(
-                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
-                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
-            )

@@ -84,7 +84,8 @@ class StableDRLTrainer(GRPOTrainer):
 
     TRL hooks overridden, and why (tests/test_stabledrl_trainer.py checks each still exists in TRL with the expected
     signature and runs during a training step):
-    - `_generate_single_turn`: diffusion LMs decode with the masked-diffusion sampler instead of `model.generate`.
+    - `_generate_single_turn`: diffusion LMs decode with their family's sampler (LLaDA's, Dream's, ...) instead of
+      `model.generate`.
     - `_get_per_token_logps_and_entropies`: diffusion LMs have no exact log-probs; the chosen estimator supplies
       per-token contributions (their masked mean is the sequence estimate) with masks seeded per row.
     - `_generate_and_score_completions`: after TRL's scoring, adds the old-policy (and reference) estimates each

@@ -119,3 +119,9 @@ def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
     for sampler in ("auto", "llada"):
         with pytest.raises(ValueError, match="block_length"):
             make(tmp_path, diffusion_sampler=sampler, max_completion_length=60, diffusion_steps=7)
+    # the "unchanged" check of Dream-only settings compares against the fields' own defaults
+    from stabledrl_trl.diffusion.family import DREAM_SAMPLER_DEFAULTS
+
+    assert {
+        k: StableDRLConfig.__dataclass_fields__[k].default for k in DREAM_SAMPLER_DEFAULTS
+    } == DREAM_SAMPLER_DEFAULTS

@@ -82,7 +82,9 @@ def test_full_model_writes_json(evaluate_script, checkpoints, tmp_path):
     assert all(set(r) == RECORD_KEYS for r in written["records"])
     assert written["sampler"] == {
         "gen_length": 8, "block_length": 4, "steps": 4, "temperature": 0.0, "remasking": "low_confidence",
-        "cfg_scale": 0.0,
+        "cfg_scale": 0.0, "sampler": "auto", "dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
+        "top_p": 1.0, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9,
     }  # fmt: skip
     rewards = [r["reward"] for r in written["records"]]
     assert written["accuracy"] == pytest.approx(sum(rewards) / 6)
@@ -139,13 +141,18 @@ def test_lora_adapter_is_loaded_without_merging(evaluate_script, checkpoints, tm
 
 def test_sampler_settings_precedence(evaluate_script, tmp_path):
     config = tmp_path / "train.yaml"
-    config.write_text("max_completion_length: 16\nblock_length: 8\ndiffusion_steps: 16\ntemperature: 0.7\n")
+    config.write_text(
+        "max_completion_length: 16\nblock_length: 8\ndiffusion_steps: 16\ntemperature: 0.7\n"
+        "diffusion_sampler: dream\ndream_alg: maskgit_plus\ntop_p: 0.9\n"
+    )
     (args,) = evaluate_script.make_parser().parse_args_and_config(
-        ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8"]
+        ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8", "--top_p", "0.95"]
     )
     assert evaluate_script.sampler_settings(args) == {
         "gen_length": 16, "block_length": 8, "steps": 8, "temperature": 0.7, "remasking": "low_confidence",
-        "cfg_scale": 0.0,
+        "cfg_scale": 0.0, "sampler": "dream", "dream_alg": "maskgit_plus", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
+        "top_p": 0.95, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9,
     }  # fmt: skip
     from stabledrl_trl.stabledrl_config import StableDRLConfig
 
