@@ -9,8 +9,9 @@ knows is an error; command-line flags override YAML values.
 
 `prompt_style` / `reward_style` choose between the tasks' tagged prompts and rewards and the official StableDRL ones
 (stabledrl_trl.tasks); the official configs (configs/llada_*.yaml) use the official ones with the anti-short-boxed
-term. The before/after evaluation always scores with the task's tagged correctness reward (1 / 0) on the chosen
-prompts.
+term. The before/after evaluation grades with the same `reward_style`: the task's tagged correctness reward (1 / 0),
+or the fraction of completions earning the task's full official score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0);
+accuracy_before_after.json says which.
 
 With `tiny_model: true` the script builds the embedded default: a tiny LLaDA-architecture model and a character
 tokenizer made locally, warmed up by masked-diffusion SFT on the task (cached under `sft_cache_dir`), then trained
@@ -173,11 +174,25 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
         temperature=temperature,
         remasking=args.remasking,
         cfg_scale=args.cfg_scale,
+        sampler=args.diffusion_sampler,
+        dream_alg=args.dream_alg,
+        dream_alg_temp=args.dream_alg_temp,
+        dream_eps=args.dream_eps,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        block_denoising_steps=args.block_denoising_steps,
+        block_remasking=args.block_remasking,
+        block_confidence_threshold=args.block_confidence_threshold,
         batch_size=script_args.eval_batch_size,
         seed=args.seed,
         desc=f"eval {label}",
+        grading=script_args.reward_style,
     )
-    print(f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts", flush=True)
+    print(
+        f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts "
+        f"({result['grading']} grading)",
+        flush=True,
+    )
     return result
 
 
@@ -285,7 +300,10 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             trainer.model, tokenizer, test_dataset, task, training_args, script_args, "after RL"
         )
         if trainer.accelerator.is_main_process:
-            summary = {k: {"accuracy": v["accuracy"], "n": v["n"]} for k, v in results.items()}
+            summary = {
+                k: {"accuracy": v["accuracy"], "n": v["n"], "grading": v["grading"], "grading_rule": v["grading_rule"]}
+                for k, v in results.items()
+            }
             with open(os.path.join(training_args.output_dir, "accuracy_before_after.json"), "w") as f:
                 json.dump(summary, f, indent=2)
             print(

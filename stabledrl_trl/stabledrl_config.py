@@ -15,6 +15,7 @@ from .diffusion.dream_sampler import DREAM_ALGORITHMS
 OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
 TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
+REWARD_TEXTS = ("completion", "canvas")
 ESTIMATOR_NAMES = ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled")
 
 # GRPOConfig defaults this config changes, with the reason. Listed in the README too.
@@ -34,7 +35,8 @@ class StableDRLConfig(GRPOConfig):
     `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
-    positions, split into blocks of `block_length` and decoded in `diffusion_steps` denoising steps.
+    positions, decoded in `diffusion_steps` denoising steps, by LLaDA's sampler in blocks of `block_length` or by
+    Dream's sampler (Dream / DiffuCoder, `diffusion_sampler`) over the whole completion with `dream_alg` ranking.
 
     Group-exact self-normalisation: `stable_drl` and `stable_drl_ratio` normalise over the G completions of one
     prompt, so each micro-batch must hold whole groups: `per_device_train_batch_size` must be a multiple of
@@ -220,6 +222,17 @@ class StableDRLConfig(GRPOConfig):
         },
     )
 
+    # ---- Reward text: what the reward functions grade ----
+    reward_text: str = field(
+        default="completion",
+        metadata={
+            "help": "Text the reward functions receive as `completions`: 'completion' (TRL's: the completion up to "
+            "and including the first EOS, decoded without special tokens) or 'canvas' (the official StableDRL "
+            "code's: the whole decoded generation canvas without special tokens, so text after the first EOS is "
+            "graded too; diffusion LMs only). The trained tokens (`completion_ids`) are the same either way."
+        },
+    )
+
     def __post_init__(self):
         check_field_types(self)
         self._check_trainable_run()
@@ -299,6 +312,11 @@ class StableDRLConfig(GRPOConfig):
             check=self.diffusion is not False and self.diffusion_sampler != "dream",
         )
         self._check_sampler_choice()
+        if self.reward_text not in REWARD_TEXTS:
+            raise ValueError(
+                f"reward_text={self.reward_text!r}; choose 'completion' (the text up to the first EOS) or 'canvas' "
+                "(the whole decoded generation canvas, as the official StableDRL code grades it)."
+            )
         # Block diffusion (SDAR, TraDo)
         from .diffusion.block_sampler import REMASKING_STRATEGIES
 
@@ -349,6 +367,7 @@ class StableDRLConfig(GRPOConfig):
         """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
         ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
         from .diffusion.dream_sampler import validate_dream_sampler_args
+        from .diffusion.family import check_sampler_settings
 
         if self.diffusion_sampler not in ("auto", "llada", "dream"):
             raise ValueError(
@@ -371,37 +390,6 @@ class StableDRLConfig(GRPOConfig):
             check_sampler_settings(self, self.diffusion_sampler)
 
 
-DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
-
-
-def check_sampler_settings(args, sampler: str) -> None:
-    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
-    if sampler == "dream":
-        if args.remasking != "low_confidence":
-            raise ValueError(
-                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
-                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
-            )
-        if args.cfg_scale != 0:
-            raise ValueError(
-                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
-                "diffusion_sampler='llada'."
-            )
-    else:
-        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
-        if changed:
-            raise ValueError(
-                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
-                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
-                f"{DREAM_SAMPLER_DEFAULTS}."
-            )
-        if args.top_p != 1.0 or args.top_k:
-            raise ValueError(
-                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
-                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
-            )
-
-
 # --------------------------------------------------------------------------- drop-in helpers (used above)
 
 OFFICIAL_BLOCK_LENGTH = 32
@@ -420,11 +408,8 @@ def resolve_diffusion_layout(
     autoregressive); `check_diffusion_layout` checks it later. Messages use the config's field names.
     """
     length = max_completion_length
-    if length is None:
-        return (
-            block_length,
-            diffusion_steps,
-        )  # TRL's "no limit" for autoregressive models; the trainer refuses it for a dLLM
+    if length is None:  # TRL's "no limit" for autoregressive models; the trainer refuses it for a dLLM
+        return block_length, diffusion_steps
     if not _is_int(length) or length < 1:
         raise ValueError(f"max_completion_length must be a positive integer, got {length!r}.")
     if block_length is None:

@@ -216,14 +216,19 @@ def tiny_llama_path(tmp_path_factory):
 
 
 def weights(path):
-    from safetensors.torch import load_file
+    """The parameters of the model saved at `path`, by module name, loaded as a user would load them."""
+    from transformers import AutoModelForCausalLM
 
-    return load_file(os.path.join(path, "model.safetensors"))
+    import stabledrl_trl  # noqa: F401
+
+    model = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
+    return {n: p.detach() for n, p in model.named_parameters()}
 
 
 def changed_tensors(before: dict, trainer) -> list[str]:
     after = {n: p.detach() for n, p in trainer.model.named_parameters()}
-    return [n for n in after if n in before and not torch.equal(after[n], before[n])]
+    assert after.keys() == before.keys()
+    return [n for n in after if not torch.equal(after[n], before[n])]
 
 
 def test_plain_prompts(tmp_path, tiny_llada_path):
@@ -270,6 +275,7 @@ def test_eval_and_checkpoints(tmp_path, tiny_llada_path):
         "checkpoint-2",
     ]
     saved = weights(str(out))
+    assert saved.keys() == dict(trainer.model.named_parameters()).keys()
     for name, p in trainer.model.named_parameters():
         assert torch.equal(saved[name], p.detach()), name
 

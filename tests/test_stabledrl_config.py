@@ -84,6 +84,8 @@ def test_every_new_field_is_documented():
         (dict(diffusion_sampler="llada", dream_alg="maskgit_plus"), ["dream_alg", "maskgit_plus", "'dream'"]),
         (dict(diffusion_sampler="llada", top_p=0.95), ["top_p", "0.95", "LLaDA"]),
         (dict(diffusion_sampler="llada", top_k=20), ["top_k", "20", "LLaDA"]),
+        # reward text
+        (dict(reward_text="full"), ["reward_text", "full", "'canvas'", "'completion'"]),
     ],
 )
 def test_bad_values_fail_at_construction(tmp_path, kwargs, words):
@@ -188,6 +190,12 @@ def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
     for sampler in ("auto", "llada"):
         with pytest.raises(ValueError, match="block_length"):
             make(tmp_path, diffusion_sampler=sampler, max_completion_length=60, diffusion_steps=7)
+    # the "unchanged" check of Dream-only settings compares against the fields' own defaults
+    from stabledrl_trl.diffusion.family import DREAM_SAMPLER_DEFAULTS
+
+    assert {
+        k: StableDRLConfig.__dataclass_fields__[k].default for k in DREAM_SAMPLER_DEFAULTS
+    } == DREAM_SAMPLER_DEFAULTS
 
 
 def test_no_completion_length_limit_is_kept_for_autoregressive_models(tmp_path):
