@@ -3,7 +3,8 @@
 `evaluate_model` renders every prompt as the trainer does (chat template with the generation prompt for
 conversational prompts, the text as is otherwise), left-pads batches of prompts (padding hidden from attention, so a
 row's completion does not depend on its batch at temperature 0), samples completions with LLaDA's sampler
-(`stabledrl_trl.diffusion.sampler.generate`), decodes each completion up to its first EOS / end-of-turn token without
+(`stabledrl_trl.diffusion.sampler.generate`; block-diffusion models such as SDAR with their cached block sampler,
+`stabledrl_trl.diffusion.block_sampler.block_generate`), decodes each completion up to its first EOS / end-of-turn token without
 special tokens (as TRL does), and scores it with the reward following TRL's protocol
 `reward(prompts, completions, **columns)`. Accuracy is the mean reward over the rows the reward scores (a None
 reward, TRL's "not applicable", is left out). All randomness comes from one `torch.Generator` seeded with `seed`.
@@ -16,7 +17,8 @@ from collections.abc import Callable
 import torch
 from tqdm.auto import tqdm
 
-from .diffusion.adapter import DiffusionAdapter, as_diffusion_lm
+from .diffusion.adapter import DiffusionAdapter, as_diffusion_lm, unwrap_model
+from .diffusion.block_sampler import block_generate, validate_block_sampler_args
 from .diffusion.sampler import generate, validate_sampler_args
 
 
@@ -78,6 +80,11 @@ def evaluate_model(
     seed: int = 0,
     progress: bool = True,
     desc: str = "evaluating",
+    block_denoising_steps: int | None = None,
+    block_remasking: str = "low_confidence_dynamic",
+    block_confidence_threshold: float = 0.9,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> dict:
     """Sample one completion per row of `dataset` and score it; returns accuracy, n and per-sample records.
 
@@ -87,6 +94,9 @@ def evaluate_model(
     reward_func_or_task: a TRL-style reward function, a `TaskSpec` or a registered task name (its correctness
         reward is used).
     progress / desc: show a tqdm bar over batches with this label.
+    block_denoising_steps, block_remasking, block_confidence_threshold, top_k, top_p: the block sampler's settings,
+        used (with gen_length and temperature) instead of block_length / steps / remasking / cfg_scale when the model
+        is a block-diffusion model (family "sdar"); block size from the model config.
     Returns {"accuracy", "n" (rows scored), "num_rows", "records": [{"prompt", "completion", "answer", "reward"}]},
     where "prompt" is the rendered prompt text and "answer" the row's "answer" column (None when absent).
     """
@@ -94,7 +104,12 @@ def evaluate_model(
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     reward_func = resolve_reward(reward_func_or_task)
     adapter = model if isinstance(model, DiffusionAdapter) else as_diffusion_lm(model, tokenizer)
-    validate_sampler_args(gen_length, block_length, steps, temperature, remasking, cfg_scale, adapter.mask_token_id)
+    block_size = int(unwrap_model(adapter.model).config.block_size) if adapter.family == "sdar" else None
+    if block_size is None:
+        validate_sampler_args(gen_length, block_length, steps, temperature, remasking, cfg_scale, adapter.mask_token_id)
+    else:
+        validate_block_sampler_args(gen_length, block_size, block_denoising_steps or block_size, temperature, top_k,
+                                    top_p, block_remasking, block_confidence_threshold)  # fmt: skip
     rows = [dict(row) for row in dataset]
     if not rows:
         raise ValueError("dataset is empty; pass at least one row to evaluate.")
@@ -116,20 +131,39 @@ def evaluate_model(
             prompt_texts = [render_prompt(tokenizer, row["prompt"]) for row in batch]
             prompt_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in prompt_texts]
             ids, mask = left_pad(prompt_ids, adapter.pad_token_id)  # (B, P), (B, P)
-            out = generate(
-                adapter,
-                ids.to(device),
-                mask.to(device),
-                mask_token_id=adapter.mask_token_id,
-                gen_length=gen_length,
-                block_length=block_length,
-                steps=steps,
-                temperature=temperature,
-                remasking=remasking,
-                cfg_scale=cfg_scale,
-                eos_token_ids=adapter.eos_token_ids,
-                generator=generator,
-            )
+            if block_size is None:
+                out = generate(
+                    adapter,
+                    ids.to(device),
+                    mask.to(device),
+                    mask_token_id=adapter.mask_token_id,
+                    gen_length=gen_length,
+                    block_length=block_length,
+                    steps=steps,
+                    temperature=temperature,
+                    remasking=remasking,
+                    cfg_scale=cfg_scale,
+                    eos_token_ids=adapter.eos_token_ids,
+                    generator=generator,
+                )
+            else:
+                out = block_generate(
+                    adapter.model,
+                    ids.to(device),
+                    mask.to(device),
+                    mask_token_id=adapter.mask_token_id,
+                    eos_token_ids=adapter.eos_token_ids,
+                    pad_token_id=adapter.pad_token_id,
+                    block_size=block_size,
+                    gen_length=gen_length,
+                    denoising_steps=block_denoising_steps,
+                    temperature=temperature,
+                    top_k=top_k,
+                    top_p=top_p,
+                    remasking=block_remasking,
+                    confidence_threshold=block_confidence_threshold,
+                    generator=generator,
+                )
             texts = [
                 tokenizer.decode(row_ids[row_mask.bool()].tolist(), skip_special_tokens=True)
                 for row_ids, row_mask in zip(out.completion_ids.cpu(), out.completion_mask.cpu())
