@@ -7,7 +7,8 @@
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (max_completion_length, block_length, diffusion_steps, temperature, remasking,
-cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. Completions are sampled in batches of
+cfg_scale; for block-diffusion models block_denoising_steps, block_remasking, block_confidence_threshold, top_k,
+top_p), else to StableDRLConfig's defaults; explicit flags override both. Completions are sampled in batches of
 left-padded prompts with a progress bar; the accuracy and every sample's prompt, completion, gold answer and reward
 are written as JSON to `--output_file`.
 """
@@ -29,6 +30,12 @@ SAMPLER_FROM_TRAINING = {
     "temperature": "temperature",
     "remasking": "remasking",
     "cfg_scale": "cfg_scale",
+    # block diffusion (SDAR, TraDo): used instead of block_length / steps / remasking / cfg_scale for those models
+    "block_denoising_steps": "block_denoising_steps",
+    "block_remasking": "block_remasking",
+    "block_confidence_threshold": "block_confidence_threshold",
+    "top_k": "top_k",
+    "top_p": "top_p",
 }
 
 
@@ -68,6 +75,17 @@ class EvaluateArguments:
     temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (0 = greedy)."})
     remasking: str | None = field(default=None, metadata={"help": "'low_confidence' or 'random'."})
     cfg_scale: float | None = field(default=None, metadata={"help": "Classifier-free guidance scale (0 = off)."})
+    block_denoising_steps: int | None = field(
+        default=None, metadata={"help": "Block diffusion (SDAR): denoising steps per block; None = the block size."}
+    )
+    block_remasking: str | None = field(
+        default=None, metadata={"help": "Block diffusion: 'low_confidence_dynamic' or 'low_confidence_static'."}
+    )
+    block_confidence_threshold: float | None = field(
+        default=None, metadata={"help": "Block diffusion: threshold of the dynamic reveal rule."}
+    )
+    top_k: int | None = field(default=None, metadata={"help": "Block diffusion: top-k filtering (0 = off)."})
+    top_p: float | None = field(default=None, metadata={"help": "Block diffusion: top-p filtering (1 = off)."})
     batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16, float16 or auto."})
@@ -120,7 +138,7 @@ def load_model(args: EvaluateArguments):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import stabledrl_trl  # noqa: F401  (registers LLaDA and Dream with the Auto classes)
+    import stabledrl_trl  # noqa: F401  (registers LLaDA, Dream and SDAR with the Auto classes)
 
     if args.model_name_or_path is None:
         raise ValueError("model_name_or_path is not set: pass a model folder, hub id or LoRA adapter folder.")

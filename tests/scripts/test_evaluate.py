@@ -79,7 +79,8 @@ def test_full_model_writes_json(evaluate_script, checkpoints, tmp_path):
     assert all(set(r) == RECORD_KEYS for r in written["records"])
     assert written["sampler"] == {
         "gen_length": 8, "block_length": 4, "steps": 4, "temperature": 0.0, "remasking": "low_confidence",
-        "cfg_scale": 0.0,
+        "cfg_scale": 0.0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9, "top_k": 0, "top_p": 1.0,
     }  # fmt: skip
     rewards = [r["reward"] for r in written["records"]]
     assert written["accuracy"] == pytest.approx(sum(rewards) / 6)
@@ -135,13 +136,17 @@ def test_lora_adapter_is_loaded_without_merging(evaluate_script, checkpoints, tm
 
 def test_sampler_settings_precedence(evaluate_script, tmp_path):
     config = tmp_path / "train.yaml"
-    config.write_text("max_completion_length: 16\nblock_length: 8\ndiffusion_steps: 16\ntemperature: 0.7\n")
+    config.write_text(
+        "max_completion_length: 16\nblock_length: 8\ndiffusion_steps: 16\ntemperature: 0.7\n"
+        "block_remasking: low_confidence_static\ntop_p: 0.9\n"
+    )
     (args,) = evaluate_script.make_parser().parse_args_and_config(
-        ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8"]
+        ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8", "--top_k", "5"]
     )
     assert evaluate_script.sampler_settings(args) == {
         "gen_length": 16, "block_length": 8, "steps": 8, "temperature": 0.7, "remasking": "low_confidence",
-        "cfg_scale": 0.0,
+        "cfg_scale": 0.0, "block_denoising_steps": None, "block_remasking": "low_confidence_static",
+        "block_confidence_threshold": 0.9, "top_k": 5, "top_p": 0.9,
     }  # fmt: skip
     from stabledrl_trl.stabledrl_config import StableDRLConfig
 
@@ -173,3 +178,25 @@ def test_missing_model_and_bad_dtype(evaluate_script):
         evaluate_script.load_model(args)
     with pytest.raises(ValueError, match="num_threads"):
         evaluate_script.main(argv=["--model_name_or_path", "m", "--num_threads", "0"])
+
+
+def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tmp_path):
+    """A saved tiny SDAR evaluated with configs/tiny_block.yaml's sampler settings (its block sampler)."""
+    from stabledrl_trl.evaluation import evaluate_model
+    from stabledrl_trl.sft import build_tiny_model
+    from stabledrl_trl.tasks import get_task, load_task_dataset
+    from stabledrl_trl.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0, architecture="sdar")
+    model.save_pretrained(tmp_path / "sdar")
+    tokenizer.save_pretrained(tmp_path / "sdar")
+    config = os.path.join(ROOT, "configs", "tiny_block.yaml")
+    argv = ["--model_name_or_path", str(tmp_path / "sdar"), "--task", "digit_sort", "--num_samples", "4",
+            "--training_config", config, "--temperature", "0", "--no_progress"]  # fmt: skip
+    result = evaluate_script.main(argv=argv)
+    assert result["sampler"]["block_remasking"] == "low_confidence_dynamic" and result["n"] == 4
+    rows = load_task_dataset("digit_sort", "test", num_samples=4, seed=0)
+    direct = evaluate_model(model.eval(), tokenizer, rows, get_task("digit_sort"), gen_length=8, block_length=8,
+                            steps=8, temperature=0.0, progress=False)  # fmt: skip
+    assert [r["completion"] for r in result["records"]] == [r["completion"] for r in direct["records"]]
