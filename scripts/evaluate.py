@@ -7,10 +7,12 @@
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (max_completion_length, block_length, diffusion_steps, temperature, remasking,
-cfg_scale; for block-diffusion models block_denoising_steps, block_remasking, block_confidence_threshold, top_k,
-top_p), else to StableDRLConfig's defaults; explicit flags override both. Completions are sampled in batches of
-left-padded prompts with a progress bar; the accuracy and every sample's prompt, completion, gold answer and reward
-are written as JSON to `--output_file`.
+cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. The prompt style (tagged or official)
+follows the same precedence (default "tagged"), and so does the grading (`reward_style`, default: the prompt style):
+"tagged" scores with the task's correctness reward (1 / 0), "official" counts completions earning the task's full
+official StableDRL score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0). Completions are sampled in batches of
+left-padded prompts with a progress bar; the accuracy, the grading used and every sample's prompt, completion, gold
+answer and reward are written as JSON to `--output_file`.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ SAMPLER_FROM_TRAINING = {
     "temperature": "temperature",
     "remasking": "remasking",
     "cfg_scale": "cfg_scale",
-    # block diffusion (SDAR, TraDo): used instead of block_length / steps / remasking / cfg_scale for those models
+    "sampler": "diffusion_sampler",
+    "dream_alg": "dream_alg",
+    "dream_alg_temp": "dream_alg_temp",
+    "dream_eps": "dream_eps",
+    "top_p": "top_p",
+    "top_k": "top_k",
     "block_denoising_steps": "block_denoising_steps",
     "block_remasking": "block_remasking",
     "block_confidence_threshold": "block_confidence_threshold",
-    "top_k": "top_k",
-    "top_p": "top_p",
 }
 
 
@@ -63,6 +68,21 @@ class EvaluateArguments:
     system_prompt: str | None = field(
         default=None, metadata={"help": "Instructions before each question; None uses the task's default."}
     )
+    prompt_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "'tagged' or 'official' prompts (stabledrl_trl.tasks); None: the training config's prompt_style, "
+            "else 'tagged'."
+        },
+    )
+    reward_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "Grading of the accuracy: 'tagged' (the task's correctness reward, 1 / 0) or 'official' (the "
+            "fraction of completions earning the task's full official StableDRL score). None: the training "
+            "config's reward_style, else the prompt style."
+        },
+    )
     training_config: str | None = field(
         default=None,
         metadata={"help": "The training run's YAML; its sampler settings become the defaults of the flags below."},
@@ -75,17 +95,30 @@ class EvaluateArguments:
     temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (0 = greedy)."})
     remasking: str | None = field(default=None, metadata={"help": "'low_confidence' or 'random'."})
     cfg_scale: float | None = field(default=None, metadata={"help": "Classifier-free guidance scale (0 = off)."})
+    sampler: str | None = field(
+        default=None,
+        metadata={
+            "help": "'auto' (the model family's own sampler), 'llada' or 'dream' (training: diffusion_sampler)."
+        },
+    )
+    dream_alg: str | None = field(
+        default=None, metadata={"help": "Dream sampler: entropy, maskgit_plus, topk_margin or origin."}
+    )
+    dream_alg_temp: float | None = field(default=None, metadata={"help": "Dream sampler: position temperature."})
+    dream_eps: float | None = field(default=None, metadata={"help": "Dream sampler: final time of the schedule."})
+    top_p: float | None = field(
+        default=None, metadata={"help": "Dream / block sampler: nucleus filtering (1.0 = off)."}
+    )
+    top_k: int | None = field(default=None, metadata={"help": "Dream / block sampler: top-k filtering (0 = off)."})
     block_denoising_steps: int | None = field(
-        default=None, metadata={"help": "Block diffusion (SDAR): denoising steps per block; None = the block size."}
+        default=None, metadata={"help": "Block diffusion: denoising steps per block (None = the block size)."}
     )
     block_remasking: str | None = field(
-        default=None, metadata={"help": "Block diffusion: 'low_confidence_dynamic' or 'low_confidence_static'."}
+        default=None, metadata={"help": "Block diffusion: low_confidence_dynamic or low_confidence_static."}
     )
     block_confidence_threshold: float | None = field(
-        default=None, metadata={"help": "Block diffusion: threshold of the dynamic reveal rule."}
+        default=None, metadata={"help": "Block diffusion: threshold of low_confidence_dynamic."}
     )
-    top_k: int | None = field(default=None, metadata={"help": "Block diffusion: top-k filtering (0 = off)."})
-    top_p: float | None = field(default=None, metadata={"help": "Block diffusion: top-p filtering (1 = off)."})
     batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16, float16 or auto."})
@@ -133,12 +166,37 @@ def sampler_settings(args: EvaluateArguments) -> dict:
     return settings
 
 
+def _training_value(args: EvaluateArguments, key: str):
+    """`key` of the training YAML (None without one, or when it does not set it)."""
+    if args.training_config is None:
+        return None
+    import yaml
+
+    with open(args.training_config) as f:
+        training = yaml.safe_load(f) or {}
+    return training.get(key) if isinstance(training, dict) else None
+
+
+def prompt_style(args: EvaluateArguments) -> str:
+    """Explicit flag > the training YAML's prompt_style > "tagged"."""
+    if args.prompt_style is not None:
+        return args.prompt_style
+    return _training_value(args, "prompt_style") or "tagged"
+
+
+def reward_style(args: EvaluateArguments) -> str:
+    """The grading: explicit flag > the training YAML's reward_style > the prompt style (as in training)."""
+    if args.reward_style is not None:
+        return args.reward_style
+    return _training_value(args, "reward_style") or prompt_style(args)
+
+
 def load_model(args: EvaluateArguments):
     """(model, tokenizer, is_adapter): a full model, or a LoRA adapter on its base model (not merged)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import stabledrl_trl  # noqa: F401  (registers LLaDA, Dream and SDAR with the Auto classes)
+    import stabledrl_trl  # noqa: F401  (registers LLaDA and Dream with the Auto classes)
 
     if args.model_name_or_path is None:
         raise ValueError("model_name_or_path is not set: pass a model folder, hub id or LoRA adapter folder.")
@@ -171,7 +229,7 @@ def load_model(args: EvaluateArguments):
 
 
 def main(args: EvaluateArguments | None = None, argv=None) -> dict:
-    from stabledrl_trl.evaluation import evaluate_model
+    from stabledrl_trl.evaluation import evaluate_model, resolve_grading
     from stabledrl_trl.tasks import get_task, load_task_dataset
 
     if args is None:
@@ -184,6 +242,8 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
             raise ValueError(f"num_threads must be a positive integer or None, got {args.num_threads}.")
         torch.set_num_threads(args.num_threads)
     settings = sampler_settings(args)
+    grading = reward_style(args)
+    resolve_grading(task, grading)  # a bad grading fails before the model loads
     model, tokenizer, is_adapter = load_model(args)
     dataset = load_task_dataset(
         args.task,
@@ -193,6 +253,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         num_samples=args.num_samples,
         system_prompt=args.system_prompt,
         seed=args.dataset_seed,
+        prompt_style=prompt_style(args),
     )
     result = evaluate_model(
         model,
@@ -203,6 +264,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         batch_size=args.batch_size,
         seed=args.seed,
         progress=args.progress,
+        grading=grading,
     )
     output = {
         "model": args.model_name_or_path,
@@ -212,11 +274,18 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         "accuracy": result["accuracy"],
         "n": result["n"],
         "num_rows": result["num_rows"],
+        "grading": result["grading"],
+        "grading_rule": result["grading_rule"],
+        "full_score": result["full_score"],
         "sampler": settings,
         "seed": args.seed,
         "records": result["records"],
     }
-    print(f"{task.name} {args.split}: accuracy {result['accuracy']:.4f} on {result['n']} samples", flush=True)
+    print(
+        f"{task.name} {args.split}: accuracy {result['accuracy']:.4f} on {result['n']} samples "
+        f"({result['grading']} grading)",
+        flush=True,
+    )
     if args.output_file is not None:
         os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)
         with open(args.output_file, "w") as f:

@@ -7,6 +7,12 @@ Three dataclasses are parsed by TRL's `TrlParser`: `TrainScriptArguments` (task 
 (training, sampler, estimator, objective) and TRL's `ModelConfig` (model, dtype, LoRA). A YAML key that none of them
 knows is an error; command-line flags override YAML values.
 
+`prompt_style` / `reward_style` choose between the tasks' tagged prompts and rewards and the official StableDRL ones
+(stabledrl_trl.tasks); the official configs (configs/llada_*.yaml) use the official ones with the anti-short-boxed
+term. The before/after evaluation grades with the same `reward_style`: the task's tagged correctness reward (1 / 0),
+or the fraction of completions earning the task's full official score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0);
+accuracy_before_after.json says which.
+
 With `tiny_model: true` the script builds the embedded default: a tiny LLaDA-architecture model and a character
 tokenizer made locally, warmed up by masked-diffusion SFT on the task (cached under `sft_cache_dir`), then trained
 with StableDRL; with `evaluate_before_after: true` it prints held-out accuracy before and after RL.
@@ -36,7 +42,8 @@ class TrainScriptArguments:
     num_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training rows."})
     num_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many held-out rows."})
     system_prompt: str | None = field(
-        default=None, metadata={"help": "Instructions before each question; None uses the task's default."}
+        default=None,
+        metadata={"help": "Instructions before each question (tagged prompts only); None uses the task's default."},
     )
     tiny_model: bool = field(
         default=False,
@@ -64,6 +71,60 @@ class TrainScriptArguments:
     eval_temperature: float | None = field(
         default=None, metadata={"help": "Sampling temperature of the evaluation; None uses the training one."}
     )
+
+    # --- task style: today's tagged prompts and rewards, or the official StableDRL ones -------------------------
+    prompt_style: str = field(
+        default="tagged",
+        metadata={
+            "help": "'tagged': reasoning/answer tags and the task's instructions; 'official': the official StableDRL "
+            "wording (gsm8k, math, countdown, sudoku; no system_prompt)."
+        },
+    )
+    reward_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "'tagged': the task's rewards; 'official': the official StableDRL grading. None: as prompt_style."
+        },
+    )
+    anti_short_boxed: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Add the official anti-short-boxed reward term (0 for a short, mostly-boxed completion, else 1). "
+            "None: on with reward_style 'official', off with 'tagged'."
+        },
+    )
+
+    def __post_init__(self):
+        from stabledrl_trl.tasks import PROMPT_STYLES, get_task
+
+        if self.reward_style is None:
+            self.reward_style = self.prompt_style
+        for name in ("prompt_style", "reward_style"):
+            if getattr(self, name) not in PROMPT_STYLES:
+                raise ValueError(
+                    f"{name}: expected one of {', '.join(PROMPT_STYLES)}, got {getattr(self, name)!r}; "
+                    "'official' poses and grades the task as the official StableDRL code does"
+                )
+        task = get_task(self.task)
+        for name in ("prompt_style", "reward_style"):
+            if getattr(self, name) not in task.prompt_styles:
+                raise ValueError(
+                    f"{name}: task {task.name!r} has no official StableDRL form; set {name}: tagged (official forms "
+                    "exist for gsm8k, math, countdown and sudoku)"
+                )
+        if self.prompt_style == "official" and self.system_prompt:
+            raise ValueError(
+                f"system_prompt: got {self.system_prompt!r:.60} with prompt_style 'official', whose prompts carry "
+                "their own wording; remove system_prompt or set prompt_style: tagged"
+            )
+        if self.anti_short_boxed is None:
+            self.anti_short_boxed = self.reward_style == "official"
+
+    def reward_funcs(self) -> list:
+        """The reward functions of the chosen task and reward style (with the anti-short-boxed term if on)."""
+        from stabledrl_trl.tasks import get_task
+
+        return get_task(self.task).reward_funcs_for(self.reward_style, anti_short_boxed=self.anti_short_boxed)
 
 
 def make_parser(subparsers=None):
@@ -111,16 +172,25 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
         temperature=temperature,
         remasking=args.remasking,
         cfg_scale=args.cfg_scale,
-        batch_size=script_args.eval_batch_size,
-        seed=args.seed,
-        desc=f"eval {label}",
+        sampler=args.diffusion_sampler,
+        dream_alg=args.dream_alg,
+        dream_alg_temp=args.dream_alg_temp,
+        dream_eps=args.dream_eps,
+        top_p=args.top_p,
+        top_k=args.top_k,
         block_denoising_steps=args.block_denoising_steps,
         block_remasking=args.block_remasking,
         block_confidence_threshold=args.block_confidence_threshold,
-        top_k=args.top_k or 0,
-        top_p=1.0 if args.top_p is None else args.top_p,
+        batch_size=script_args.eval_batch_size,
+        seed=args.seed,
+        desc=f"eval {label}",
+        grading=script_args.reward_style,
     )
-    print(f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts", flush=True)
+    print(
+        f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts "
+        f"({result['grading']} grading)",
+        flush=True,
+    )
     return result
 
 
@@ -169,6 +239,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             num_samples=num,
             system_prompt=script_args.system_prompt,
             seed=training_args.seed,
+            prompt_style=script_args.prompt_style,
         )
 
     train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
@@ -177,7 +248,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
 
     trainer = StableDRLTrainer(
         model=model_path,
-        reward_funcs=list(task.reward_funcs),
+        reward_funcs=script_args.reward_funcs(),
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
@@ -198,7 +269,10 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             trainer.model, tokenizer, test_dataset, task, training_args, script_args, "after RL"
         )
         if trainer.accelerator.is_main_process:
-            summary = {k: {"accuracy": v["accuracy"], "n": v["n"]} for k, v in results.items()}
+            summary = {
+                k: {"accuracy": v["accuracy"], "n": v["n"], "grading": v["grading"], "grading_rule": v["grading_rule"]}
+                for k, v in results.items()
+            }
             with open(os.path.join(training_args.output_dir, "accuracy_before_after.json"), "w") as f:
                 json.dump(summary, f, indent=2)
             print(

@@ -7,10 +7,13 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .diffusion.dream_sampler import DREAM_ALGORITHMS
+
 # Loss types implemented in this package; TRL's own loss types keep working as baselines.
 OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
 TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
+REWARD_TEXTS = ("completion", "canvas")
 ESTIMATOR_NAMES = ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled")
 
 # GRPOConfig defaults this config changes, with the reason. Listed in the README too.
@@ -30,7 +33,8 @@ class StableDRLConfig(GRPOConfig):
     `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
-    positions, split into blocks of `block_length` and decoded in `diffusion_steps` denoising steps.
+    positions, decoded in `diffusion_steps` denoising steps, by LLaDA's sampler in blocks of `block_length` or by
+    Dream's sampler (Dream / DiffuCoder, `diffusion_sampler`) over the whole completion with `dream_alg` ranking.
 
     Group-exact self-normalisation: `stable_drl` and `stable_drl_ratio` normalise over the G completions of one
     prompt, so each micro-batch must hold whole groups: `per_device_train_batch_size` must be a multiple of
@@ -97,6 +101,35 @@ class StableDRLConfig(GRPOConfig):
     )
     cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
 
+    # ---- Sampler choice and Dream's sampler (Dream-v0 / DiffuCoder `diffusion_generate`) ----
+    diffusion_sampler: str = field(
+        default="auto",
+        metadata={
+            "help": "Rollout sampler of a diffusion LM: 'auto' (the family's own: Dream's for Dream / DiffuCoder, "
+            "LLaDA's otherwise), 'llada' (semi-autoregressive blocks; block_length, remasking, cfg_scale) or "
+            "'dream' (one global schedule, no blocks; dream_alg, dream_alg_temp, dream_eps, top_p, top_k)."
+        },
+    )
+    dream_alg: str = field(
+        default="entropy",
+        metadata={
+            "help": "Dream sampler: which masked positions to reveal, one of "
+            f"{list(DREAM_ALGORITHMS)}. 'entropy' (lowest entropy first) is what Dream's README and DiffuCoder use; "
+            "'maskgit_plus' = highest top probability, 'topk_margin' = largest top1 - top2 gap, 'origin' = random."
+        },
+    )
+    dream_alg_temp: float = field(
+        default=0.0,
+        metadata={
+            "help": "Dream sampler: 0 reveals the most confident positions; > 0 draws them from "
+            "softmax(confidence / dream_alg_temp)."
+        },
+    )
+    dream_eps: float = field(
+        default=1e-3,
+        metadata={"help": "Dream sampler: final time of the schedule t = linspace(1, eps, steps + 1), in [0, 1)."},
+    )
+
     # Likelihood estimation
     likelihood_estimator: str = field(
         default="block_random",
@@ -154,6 +187,17 @@ class StableDRLConfig(GRPOConfig):
     block_confidence_threshold: float = field(
         default=0.9,
         metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
+    )
+
+    # ---- Reward text: what the reward functions grade ----
+    reward_text: str = field(
+        default="completion",
+        metadata={
+            "help": "Text the reward functions receive as `completions`: 'completion' (TRL's: the completion up to "
+            "and including the first EOS, decoded without special tokens) or 'canvas' (the official StableDRL "
+            "code's: the whole decoded generation canvas without special tokens, so text after the first EOS is "
+            "graded too; diffusion LMs only). The trained tokens (`completion_ids`) are the same either way."
+        },
     )
 
     def __post_init__(self):
@@ -222,18 +266,26 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0.")
-        # Sampler layout (only used for diffusion models, but a bad value is a bad value).
+        self._check_sampler_choice()
+        if self.reward_text not in REWARD_TEXTS:
+            raise ValueError(
+                f"reward_text={self.reward_text!r}; choose 'completion' (the text up to the first EOS) or 'canvas' "
+                "(the whole decoded generation canvas, as the official StableDRL code grades it)."
+            )
+        # LLaDA's sampler layout (only used for diffusion models, but a bad value is a bad value); Dream's sampler
+        # has no blocks, so its settings are checked instead when it is chosen explicitly.
         from .diffusion.sampler import validate_sampler_args
 
-        validate_sampler_args(
-            gen_length=self.max_completion_length,
-            block_length=self.block_length,
-            steps=self.diffusion_steps,
-            temperature=self.temperature,
-            remasking=self.remasking,
-            cfg_scale=self.cfg_scale,
-            mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
-        )
+        if self.diffusion_sampler != "dream":
+            validate_sampler_args(
+                gen_length=self.max_completion_length,
+                block_length=self.block_length,
+                steps=self.diffusion_steps,
+                temperature=self.temperature,
+                remasking=self.remasking,
+                cfg_scale=self.cfg_scale,
+                mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
+            )
         # Block diffusion (SDAR, TraDo)
         from .diffusion.block_sampler import REMASKING_STRATEGIES
 
@@ -258,3 +310,29 @@ class StableDRLConfig(GRPOConfig):
                 f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
                 "none). Set beta=0.0, or use one of TRL's loss types (e.g. 'grpo') for a KL-regularised baseline."
             )
+
+    # ---- Sampler choice and Dream's sampler ----
+    def _check_sampler_choice(self) -> None:
+        """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
+        ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
+        from .diffusion.dream_sampler import validate_dream_sampler_args
+        from .diffusion.family import check_sampler_settings
+
+        if self.diffusion_sampler not in ("auto", "llada", "dream"):
+            raise ValueError(
+                f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler), "
+                "'llada' or 'dream'."
+            )
+        validate_dream_sampler_args(
+            gen_length=self.max_completion_length,
+            steps=self.diffusion_steps,
+            alg=self.dream_alg,
+            alg_temp=self.dream_alg_temp,
+            eps=self.dream_eps,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k if self.top_k else None,
+        )
+        if self.diffusion_sampler in ("llada", "dream"):
+            check_sampler_settings(self, self.diffusion_sampler)
+

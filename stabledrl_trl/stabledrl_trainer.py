@@ -84,7 +84,8 @@ class StableDRLTrainer(GRPOTrainer):
 
     TRL hooks overridden, and why (tests/test_stabledrl_trainer.py checks each still exists in TRL with the expected
     signature and runs during a training step):
-    - `_generate_single_turn`: diffusion LMs decode with the masked-diffusion sampler instead of `model.generate`.
+    - `_generate_single_turn`: diffusion LMs decode with their family's sampler (LLaDA's, Dream's, ...) instead of
+      `model.generate`.
     - `_get_per_token_logps_and_entropies`: diffusion LMs have no exact log-probs; the chosen estimator supplies
       per-token contributions (their masked mean is the sequence estimate) with masks seeded per row.
     - `_generate_and_score_completions`: after TRL's scoring, adds the old-policy (and reference) estimates each
@@ -92,7 +93,8 @@ class StableDRLTrainer(GRPOTrainer):
     - `_prepare_inputs`: shuffles whole groups instead of rows, so every micro-batch holds whole groups (the
       self-normalised objectives are then exact under accumulation and data parallelism).
     - `_calculate_rewards`: a non-finite reward (inf, or NaN from every function) drops its sample from the group's
-      normalisation instead of entering the advantages.
+      normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
+      row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
     - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation.
 
     Mask seeds (`mask_seed_mode`), forward passes per completion with an estimator of cost K (K = mc_samples for
@@ -133,6 +135,8 @@ class StableDRLTrainer(GRPOTrainer):
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
         self._family = family
         self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
+        if self._family_impl is not None:
+            self._family_impl.check(args, unwrapped)  # e.g. top_p with LLaDA's sampler, remasking with Dream's
         self._dlm = None
         if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
             raise ValueError(
@@ -145,13 +149,44 @@ class StableDRLTrainer(GRPOTrainer):
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
             )
             self._mask_token_id = self._dlm.mask_token_id
-            self._family_impl.check(args, unwrapped)
             self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
+        self._check_reward_text(args)
+        self._canvas_ids: list[list[int]] | None = None  # reward_text="canvas": this process's last rollout canvases
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
         self._nonfinite_reward_rows = None
 
     # ------------------------------------------------------------------ helpers
+
+    def _check_reward_text(self, args) -> None:
+        """reward_text="canvas" needs a diffusion rollout canvas of exactly the rows TRL scores."""
+        if args.reward_text != "canvas":
+            return
+        if not self.is_diffusion:
+            raise ValueError(
+                "reward_text='canvas' grades the whole generation canvas of a diffusion LM, but this model generates "
+                "autoregressively (no canvas, nothing after its EOS); set reward_text='completion'."
+            )
+        if self.rollout_func is not None or self.tools:
+            raise ValueError(
+                "reward_text='canvas' is not available with rollout_func or tools (their completions are not one "
+                "sampler canvas per row); set reward_text='completion'."
+            )
+
+    def _canvas_completions(self, completions: list) -> list:
+        """`completions` with each text replaced by its row's decoded canvas (special tokens skipped), in the
+        structure TRL builds: a string, or one assistant message for conversational prompts."""
+        canvases, self._canvas_ids = self._canvas_ids, None
+        if canvases is None or len(canvases) != len(completions):
+            raise RuntimeError(
+                f"reward_text='canvas': expected the rollout canvases of the {len(completions)} completions being "
+                f"scored, found {'none' if canvases is None else len(canvases)}."
+            )
+        texts = self.processing_class.batch_decode(canvases, skip_special_tokens=True)
+        return [
+            text if isinstance(c, str) else [{"role": "assistant", "content": text}]
+            for c, text in zip(completions, texts, strict=True)
+        ]
 
     def _adapter(self, model):
         return as_diffusion_lm(
@@ -210,6 +245,8 @@ class StableDRLTrainer(GRPOTrainer):
         completion_ids = [
             c[m.bool()].tolist() for c, m in zip(out.completion_ids.cpu(), out.completion_mask.cpu(), strict=True)
         ]
+        if self.args.reward_text == "canvas":
+            self._canvas_ids = out.completion_ids.cpu().tolist()  # (B, C): the whole canvas, after the EOS too
         return completion_ids, None
 
     def _get_per_token_logps_and_entropies(
@@ -247,6 +284,9 @@ class StableDRLTrainer(GRPOTrainer):
         return est.token_logps, entropies, None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self.args.reward_text == "canvas":
+            # TRL scores this process's rows here and gathers only the rewards, so the rows are the rollout's rows.
+            completions = self._canvas_completions(completions)
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N_global, F)
         # A non-finite reward drops its sample from the group (marked here, applied to the advantages below);
         # None (NaN) from every function is TRL's "unscorable" and is treated the same way.

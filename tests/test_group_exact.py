@@ -52,3 +52,32 @@ def test_two_processes_equal_whole_batch(tmp_path):
     assert result["num_processes"] == 2 and result["num_groups"] == 2
     assert result["max_abs_update"] > 1e-3
     assert result["max_abs_diff"] < 1e-6, result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_grade_each_row_on_its_own_canvas(tmp_path):
+    """reward_text="canvas": TRL scores each process's rows locally, so every row meets its own rollout canvas."""
+    out = tmp_path / "result.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", os.path.join(ROOT, "configs", "accelerate", "cpu_2proc.yaml"),
+        "--main_process_port", str(_free_port()),
+        os.path.join(HERE, "reward_text_worker.py"), "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert result["num_processes"] == 2 and len(rows) == 8 and {r["rank"] for r in rows} == {0, 1}
+    for r in rows:  # the prompt's digit, the EOS (skipped), then the tail its own process wrote
+        assert r["cut"] == r["prompt_digit"] and r["text"].startswith(r["prompt_digit"] + f"p{r['rank']}n"), r
+    assert len({r["text"] for r in rows if r["rank"] == 0}) == 4  # four distinct canvases per process

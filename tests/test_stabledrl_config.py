@@ -68,6 +68,19 @@ def test_every_new_field_is_documented():
             ["per_device_train_batch_size", "6", "multiple of 4"],
         ),
         (dict(loss_type="dgpo", beta=0.04), ["beta", "0.04"]),
+        # sampler choice and Dream's sampler
+        (dict(diffusion_sampler="fast"), ["diffusion_sampler", "fast", "'dream'"]),
+        (dict(dream_alg="low_confidence"), ["alg", "low_confidence", "entropy"]),
+        (dict(dream_alg_temp=-1.0), ["alg_temp", "-1.0"]),
+        (dict(dream_alg="origin", dream_alg_temp=0.5), ["alg_temp", "origin"]),
+        (dict(dream_eps=1.5), ["eps", "1.5", "[0, 1)"]),
+        (dict(diffusion_sampler="dream", remasking="random"), ["remasking", "random", "dream_alg"]),
+        (dict(diffusion_sampler="dream", cfg_scale=1.0), ["cfg_scale", "guidance"]),
+        (dict(diffusion_sampler="llada", dream_alg="maskgit_plus"), ["dream_alg", "maskgit_plus", "'dream'"]),
+        (dict(diffusion_sampler="llada", top_p=0.95), ["top_p", "0.95", "LLaDA"]),
+        (dict(diffusion_sampler="llada", top_k=20), ["top_k", "20", "LLaDA"]),
+        # reward text
+        (dict(reward_text="full"), ["reward_text", "full", "'canvas'", "'completion'"]),
     ],
 )
 def test_bad_values_fail_at_construction(tmp_path, kwargs, words):
@@ -94,3 +107,21 @@ def test_trl_loss_types_accept_any_layout(tmp_path):
         beta=0.04,
     )
     assert cfg.loss_type == "grpo" and cfg.beta == 0.04
+
+
+def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
+    cfg = make(tmp_path)
+    assert (cfg.diffusion_sampler, cfg.dream_alg, cfg.dream_alg_temp, cfg.dream_eps) == ("auto", "entropy", 0.0, 1e-3)
+    # Dream's sampler has no blocks: LLaDA's block layout constraints do not apply to it ...
+    dream = make(tmp_path, diffusion_sampler="dream", max_completion_length=60, diffusion_steps=7, top_p=0.95)
+    assert dream.diffusion_sampler == "dream"
+    # ... but they do where LLaDA's sampler may run
+    for sampler in ("auto", "llada"):
+        with pytest.raises(ValueError, match="block_length"):
+            make(tmp_path, diffusion_sampler=sampler, max_completion_length=60, diffusion_steps=7)
+    # the "unchanged" check of Dream-only settings compares against the fields' own defaults
+    from stabledrl_trl.diffusion.family import DREAM_SAMPLER_DEFAULTS
+
+    assert {
+        k: StableDRLConfig.__dataclass_fields__[k].default for k in DREAM_SAMPLER_DEFAULTS
+    } == DREAM_SAMPLER_DEFAULTS

@@ -24,8 +24,9 @@ from torch import nn
 from stabledrl_trl.models.bidirectional import padding_position_ids
 
 FAMILIES = ("llada", "dream", "masked_lm", "sdar")
-# Tokens that close a chat turn in common chat templates; generation stops at them as at EOS.
-END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>")
+# Tokens that end a completion besides EOS: chat end-of-turn tokens of common templates, and DiffuCoder's
+# `<|dlm_pad|>` (DiffuCoder cuts its output at the first one). A completion ends at them as at EOS.
+END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|dlm_pad|>")
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -188,7 +189,7 @@ def as_diffusion_lm(
     family: detected from the config when None (see `detect_family`).
     mask_token_id: the argument, else the model config's `mask_token_id`, else the tokenizer's mask token.
     eos_token_ids: the argument, else the config's (and generation config's) eos ids plus the tokenizer's EOS and
-        end-of-turn tokens ("<|eot_id|>", "<|im_end|>") when it has them.
+        end-of-turn tokens ("<|eot_id|>", "<|im_end|>", DiffuCoder's "<|dlm_pad|>") when it has them.
     pad_token_id: the argument, else the tokenizer's pad id (it is what pads the batches), else the config's.
     """
     if isinstance(model, DiffusionAdapter):

@@ -14,11 +14,14 @@ policy (with gradient) -> the objective in `objectives.py` -> `aggregate_loss`.
 Families registered here:
 - "llada", "masked_lm": full bidirectional attention. LLaDA's semi-autoregressive sampler
   (`diffusion/sampler.py`) and the estimators of `diffusion/estimators.py` on the rollout's fixed canvas.
-- "dream": the same interface; Dream's logits are realigned by the adapter.
+- "dream": Dream's own sampler (`diffusion/dream_sampler.py`: global schedule, entropy / maskgit_plus /
+  topk_margin / origin ranking) and the full-attention estimators; Dream's logits are realigned by the adapter.
 - "sdar": block diffusion (SDAR, TraDo), block-causal attention. SDAR's block sampler with an exact KV cache
   (`diffusion/block_sampler.py`) and one-pass staircase estimates (`diffusion/block_estimators.py`) with the same
   masks and estimator forms as the full-attention family.
 Autoregressive models have no family: the trainer keeps TRL's generation and exact log-probabilities.
+`StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
+sampler of `SAMPLERS`; `check` rejects settings that sampler would ignore.
 
 Adding a family: subclass `DiffusionFamily`, implement `generate` and `estimate` (and `estimator_passes` if its
 cost differs), register an instance in `FAMILIES` under the name `diffusion.adapter.detect_family` returns.
@@ -32,15 +35,117 @@ from torch import Tensor
 from .adapter import DiffusionAdapter, unwrap_model
 from .block_estimators import staircase_estimate
 from .block_sampler import block_generate
+from .dream_sampler import generate as dream_generate
 from .estimators import LikelihoodEstimate, estimate_likelihood, estimator_cost
 from .sampler import SamplerOutput
 from .sampler import generate as llada_generate
+
+
+def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
+    """LLaDA's semi-autoregressive sampler (`diffusion/sampler.py`) with the config's settings."""
+    return llada_generate(
+        adapter,
+        prompt_ids,
+        prompt_mask,
+        mask_token_id=adapter.mask_token_id,
+        gen_length=args.max_completion_length,
+        block_length=args.block_length,
+        steps=args.diffusion_steps,
+        temperature=args.temperature,
+        remasking=args.remasking,
+        cfg_scale=args.cfg_scale,
+        eos_token_ids=tuple(eos_token_ids),
+        generator=generator,
+    )
+
+
+def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
+    """Dream's sampler (`diffusion/dream_sampler.py`); GRPOConfig's top_p = 1 and top_k = 0 mean no filtering."""
+    return dream_generate(
+        adapter,
+        prompt_ids,
+        prompt_mask,
+        mask_token_id=adapter.mask_token_id,
+        gen_length=args.max_completion_length,
+        steps=args.diffusion_steps,
+        alg=args.dream_alg,
+        alg_temp=args.dream_alg_temp,
+        eps=args.dream_eps,
+        temperature=args.temperature,
+        top_p=args.top_p if args.top_p < 1 else None,
+        top_k=args.top_k if args.top_k else None,
+        eos_token_ids=tuple(eos_token_ids),
+        generator=generator,
+    )
+
+
+# Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects.
+SAMPLERS = {"llada": _llada_rollouts, "dream": _dream_rollouts}
+# Defaults of the config fields only Dream's sampler reads.
+DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
+
+
+def check_sampler_settings(args, sampler: str) -> None:
+    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
+    if sampler == "dream":
+        if args.remasking != "low_confidence":
+            raise ValueError(
+                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
+                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
+            )
+        if args.cfg_scale != 0:
+            raise ValueError(
+                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
+                "diffusion_sampler='llada'."
+            )
+    else:
+        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
+        if changed:
+            raise ValueError(
+                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
+                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
+                f"{DREAM_SAMPLER_DEFAULTS}."
+            )
+        if args.top_p != 1.0 or args.top_k:
+            raise ValueError(
+                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
+                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
+            )
 
 
 class DiffusionFamily:
     """Interface of a model family; see the module docstring."""
 
     name: str = "base"
+    # The family's own rollout sampler (a key of SAMPLERS), used when args.diffusion_sampler is "auto".
+    default_sampler: str | None = None
+
+    def sampler_name(self, args) -> str:
+        """The rollout sampler under `args`: `args.diffusion_sampler`, or the family's own for "auto"."""
+        choice = getattr(args, "diffusion_sampler", "auto")
+        return self.default_sampler if choice == "auto" else choice
+
+    def check(self, args, model) -> None:
+        """Raise a ValueError naming the field and the fix when `args` cannot drive this family's `model`, or sets
+        what its rollouts would ignore (e.g. top_p with LLaDA's sampler); the trainer calls it once, at construction."""
+        if self.default_sampler is not None:
+            check_sampler_settings(args, self.sampler_name(args))
+        elif getattr(args, "diffusion_sampler", "auto") != "auto":
+            raise ValueError(
+                f"diffusion_sampler={args.diffusion_sampler!r}: {self.name} models decode with their own sampler, not "
+                "LLaDA's or Dream's; set diffusion_sampler='auto'."
+            )
+        else:
+            unused = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
+            if getattr(args, "remasking", "low_confidence") != "low_confidence":
+                unused["remasking"] = args.remasking
+            if getattr(args, "cfg_scale", 0) != 0:
+                unused["cfg_scale"] = args.cfg_scale
+            if unused:
+                raise ValueError(
+                    f"{unused} are settings of LLaDA's / Dream's samplers, which {self.name} models do not use (they "
+                    "decode with their own sampler); leave them at their defaults."
+                )
 
     def generate(
         self,
@@ -52,8 +157,14 @@ class DiffusionFamily:
         eos_token_ids: tuple[int, ...],
         generator: torch.Generator,
     ) -> SamplerOutput:
-        """prompt_ids, prompt_mask (B, P) left-padded -> SamplerOutput with completion_ids / completion_mask (B, C)."""
-        raise NotImplementedError
+        """prompt_ids, prompt_mask (B, P) left-padded -> SamplerOutput with completion_ids / completion_mask (B, C).
+
+        The default runs the sampler `sampler_name(args)` selects; families with their own decoding override it.
+        """
+        if self.default_sampler is None:
+            raise NotImplementedError
+        sampler = SAMPLERS[self.sampler_name(args)]
+        return sampler(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
 
     def estimate(
         self,
@@ -75,9 +186,6 @@ class DiffusionFamily:
         """
         raise NotImplementedError
 
-    def check(self, args, model) -> None:
-        """Raise a ValueError naming the field and the fix when `args` cannot drive this family's `model`."""
-
     def num_mc_samples(self, args) -> int:
         """Monte-Carlo mask samples per estimate under `args`."""
         return 1 if args.likelihood_estimator == "mean_field" else args.mc_samples
@@ -94,22 +202,7 @@ class MaskedDiffusionFamily(DiffusionFamily):
     """Full-attention masked diffusion LMs (LLaDA, masked LMs): LLaDA's sampler, canvas-based estimators."""
 
     name = "llada"
-
-    def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
-        return llada_generate(
-            adapter,
-            prompt_ids,
-            prompt_mask,
-            mask_token_id=adapter.mask_token_id,
-            gen_length=args.max_completion_length,
-            block_length=args.block_length,
-            steps=args.diffusion_steps,
-            temperature=args.temperature,
-            remasking=args.remasking,
-            cfg_scale=args.cfg_scale,
-            eos_token_ids=tuple(eos_token_ids),
-            generator=generator,
-        )
+    default_sampler = "llada"
 
     def estimate(self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id):
         # The sampler decodes a fixed canvas of max_completion_length positions, and the model sees the tail after
@@ -142,9 +235,11 @@ class MaskedDiffusionFamily(DiffusionFamily):
 
 
 class DreamFamily(MaskedDiffusionFamily):
-    """Dream / DiffuCoder: full attention, logits shifted by one (the adapter realigns them)."""
+    """Dream / DiffuCoder: full attention, logits shifted by one (the adapter realigns them); rollouts use Dream's
+    own sampler by default (`diffusion_sampler="llada"` selects LLaDA's), likelihoods the full-attention estimators."""
 
     name = "dream"
+    default_sampler = "dream"
 
 
 class MaskedLMFamily(MaskedDiffusionFamily):
@@ -171,6 +266,7 @@ class BlockDiffusionFamily(DiffusionFamily):
         return int(unwrap_model(model).config.block_size)
 
     def check(self, args, model) -> None:
+        super().check(args, model)
         block = self.block_size(model)
         steps = args.block_denoising_steps
         if steps is not None and steps > block:

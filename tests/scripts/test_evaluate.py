@@ -10,7 +10,10 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECORD_KEYS = {"prompt", "completion", "answer", "reward"}
-OUTPUT_KEYS = {"model", "adapter", "task", "split", "accuracy", "n", "num_rows", "sampler", "seed", "records"}
+OUTPUT_KEYS = {
+    "model", "adapter", "task", "split", "accuracy", "n", "num_rows", "grading", "grading_rule", "full_score",
+    "sampler", "seed", "records",
+}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -79,11 +82,13 @@ def test_full_model_writes_json(evaluate_script, checkpoints, tmp_path):
     assert all(set(r) == RECORD_KEYS for r in written["records"])
     assert written["sampler"] == {
         "gen_length": 8, "block_length": 4, "steps": 4, "temperature": 0.0, "remasking": "low_confidence",
-        "cfg_scale": 0.0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
-        "block_confidence_threshold": 0.9, "top_k": 0, "top_p": 1.0,
+        "cfg_scale": 0.0, "sampler": "auto", "dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
+        "top_p": 1.0, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9,
     }  # fmt: skip
     rewards = [r["reward"] for r in written["records"]]
     assert written["accuracy"] == pytest.approx(sum(rewards) / 6)
+    assert (written["grading"], written["full_score"]) == ("tagged", None)
 
 
 def test_lora_adapter_is_loaded_without_merging(evaluate_script, checkpoints, tmp_path, monkeypatch):
@@ -138,15 +143,16 @@ def test_sampler_settings_precedence(evaluate_script, tmp_path):
     config = tmp_path / "train.yaml"
     config.write_text(
         "max_completion_length: 16\nblock_length: 8\ndiffusion_steps: 16\ntemperature: 0.7\n"
-        "block_remasking: low_confidence_static\ntop_p: 0.9\n"
+        "diffusion_sampler: dream\ndream_alg: maskgit_plus\ntop_p: 0.9\n"
     )
     (args,) = evaluate_script.make_parser().parse_args_and_config(
-        ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8", "--top_k", "5"]
+        ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8", "--top_p", "0.95"]
     )
     assert evaluate_script.sampler_settings(args) == {
         "gen_length": 16, "block_length": 8, "steps": 8, "temperature": 0.7, "remasking": "low_confidence",
-        "cfg_scale": 0.0, "block_denoising_steps": None, "block_remasking": "low_confidence_static",
-        "block_confidence_threshold": 0.9, "top_k": 5, "top_p": 0.9,
+        "cfg_scale": 0.0, "sampler": "dream", "dream_alg": "maskgit_plus", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
+        "top_p": 0.95, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9,
     }  # fmt: skip
     from stabledrl_trl.stabledrl_config import StableDRLConfig
 
@@ -200,3 +206,46 @@ def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tm
     direct = evaluate_model(model.eval(), tokenizer, rows, get_task("digit_sort"), gen_length=8, block_length=8,
                             steps=8, temperature=0.0, progress=False)  # fmt: skip
     assert [r["completion"] for r in result["records"]] == [r["completion"] for r in direct["records"]]
+
+
+def test_prompt_style_precedence(evaluate_script, tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("task: countdown\nprompt_style: official\n")
+    parse = evaluate_script.make_parser().parse_args_and_config
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config)])
+    assert evaluate_script.prompt_style(args) == "official"  # from the training run
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config), "--prompt_style", "tagged"])
+    assert evaluate_script.prompt_style(args) == "tagged"  # an explicit flag wins
+    (args,) = parse(["--model_name_or_path", "m"])
+    assert evaluate_script.prompt_style(args) == "tagged"  # the default
+
+
+def test_reward_style_precedence(evaluate_script, tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("task: countdown\nprompt_style: official\n")
+    parse = evaluate_script.make_parser().parse_args_and_config
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config)])
+    assert evaluate_script.reward_style(args) == "official"  # follows the prompt style, as in training
+    config.write_text("task: countdown\nprompt_style: official\nreward_style: tagged\n")
+    assert evaluate_script.reward_style(args) == "tagged"  # the training run's reward_style
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config), "--reward_style", "official"])
+    assert evaluate_script.reward_style(args) == "official"  # an explicit flag wins
+    (args,) = parse(["--model_name_or_path", "m", "--prompt_style", "official"])
+    assert evaluate_script.reward_style(args) == "official"
+    (args,) = parse(["--model_name_or_path", "m"])
+    assert evaluate_script.reward_style(args) == "tagged"  # the default
+    with pytest.raises(ValueError, match="grading='official': task 'digit_sort' has no official"):
+        evaluate_script.main(argv=["--model_name_or_path", "m", "--reward_style", "official"])  # before loading
+
+
+def test_official_grading_is_written_to_the_json(evaluate_script, checkpoints, tmp_path):
+    base_dir, _ = checkpoints
+    out_file = tmp_path / "eval.json"
+    argv = _argv(base_dir, out_file, "--task", "sudoku", "--prompt_style", "official", "--reward_style", "official")
+    evaluate_script.main(argv=argv)
+    written = json.loads(out_file.read_text())
+    assert (written["task"], written["grading"], written["full_score"]) == ("sudoku", "official", 1.0)
+    assert "full score" in written["grading_rule"]
+    records = written["records"]
+    assert all(r["correct"] == (r["reward"] >= 1.0) and 0.0 <= r["reward"] <= 1.0 for r in records)
+    assert written["accuracy"] == sum(r["correct"] for r in records) / len(records)

@@ -18,6 +18,7 @@ def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script):
     assert 0.0 <= results["before"]["accuracy"] <= 1.0 and results["before"]["n"] == 16
     summary = json.loads((tmp_path / "out" / "accuracy_before_after.json").read_text())
     assert summary["after"]["n"] == 16
+    assert summary["before"]["grading"] == summary["after"]["grading"] == "tagged"  # tiny.yaml: tagged digit_sort
     state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2]
     assert trainer.is_diffusion and trainer.args.loss_type == "stable_drl"
@@ -26,3 +27,19 @@ def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script):
     mtime = os.path.getmtime(cached[0])
     train.main(argv=argv)
     assert list((tmp_path / "cache").iterdir()) == cached and os.path.getmtime(cached[0]) == mtime
+
+
+def test_before_after_evaluation_uses_the_runs_reward_style(tmp_path, load_script, tiny_llada, tiny_tokenizer):
+    from stabledrl_trl import StableDRLConfig
+    from stabledrl_trl.tasks import get_task, load_task_dataset
+
+    train = load_script("train")
+    args = StableDRLConfig(
+        output_dir=str(tmp_path), use_cpu=True, max_completion_length=8, block_length=4, diffusion_steps=4,
+        per_device_train_batch_size=4, num_generations=4,
+    )  # fmt: skip
+    rows = load_task_dataset("sudoku", "test", num_samples=3, prompt_style="official")
+    for style, full_score in (("official", 1.0), ("tagged", None)):
+        script_args = train.TrainScriptArguments(task="sudoku", prompt_style="official", reward_style=style)
+        result = train._evaluate(tiny_llada, tiny_tokenizer, rows, get_task("sudoku"), args, script_args, style)
+        assert (result["grading"], result["full_score"], result["n"]) == (style, full_score, 3)
