@@ -146,3 +146,16 @@ def test_sdar_resumed_run_replays_exactly(tmp_path):
         assert set(keys) <= set(got[step])
         for key in keys:
             assert got[step][key] == pytest.approx(expected[step][key], rel=1e-5, abs=1e-7), (step, key)
+
+
+def test_block_fields_are_refused_for_a_full_attention_model(tmp_path):
+    """block_* fields would be ignored by LLaDA's sampler: the trainer refuses them with the fix."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from stabledrl_trl.tiny import tiny_llada_config_dict
+
+    llada = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_llada_config_dict()))
+    with pytest.raises(ValueError, match="block_remasking.*block-diffusion sampler"):
+        StableDRLTrainer(model=llada, reward_funcs=digit_reward,
+                         args=make_args(tmp_path, block_remasking="low_confidence_static"),
+                         train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
