@@ -112,9 +112,7 @@ def sample_candidates(
     return tokens, probs.gather(-1, tokens[..., None])[..., 0]
 
 
-def choose_reveals(
-    confidence: Tensor, masked: Tensor, count: Tensor, strategy: str, threshold: float
-) -> Tensor:
+def choose_reveals(confidence: Tensor, masked: Tensor, count: Tensor, strategy: str, threshold: float) -> Tensor:
     """Which masked positions to reveal this step. confidence (B, N), masked (B, N) bool, count (B,) long >= 1.
 
     static: the `count` most confident masked positions; dynamic: all masked positions with confidence > threshold,
