@@ -288,10 +288,9 @@ class MaskedDiffusionSFTTrainer(Trainer):
             from .diffusion.block_estimators import StaircaseLogits
 
             # block diffusion: each block denoised given the clean blocks before it ([noisy || clean] in one pass)
-            L = input_ids.shape[1]
             logits = StaircaseLogits(model, int(config.block_size))(
                 torch.cat([noisy_ids, input_ids], 1), torch.cat([attention_mask, attention_mask], 1)
-            )[:, :L]  # (B, L, V)
+            )  # (B, L, V): the noisy copy's predictions
             outputs = None
         else:
             outputs = model(input_ids=noisy_ids, attention_mask=attention_mask)
