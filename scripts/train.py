@@ -56,6 +56,13 @@ class TrainScriptArguments:
         default=False,
         metadata={"help": "Build the tiny local LLaDA model and tokenizer and warm them up by SFT (cached)."},
     )
+    tiny_architecture: str = field(
+        default="llada",
+        metadata={
+            "help": "Architecture of the tiny model (tiny_model only): 'llada' (full attention) or 'sdar' (block "
+            "diffusion, block size 4)."
+        },
+    )
     sft_cache_dir: str = field(default=".cache/stabledrl_tiny", metadata={"help": "Cache of the SFT warm-up."})
     sft_max_steps: int = field(default=200, metadata={"help": "SFT warm-up steps (tiny_model only)."})
     sft_learning_rate: float = field(default=1e-3, metadata={"help": "SFT warm-up learning rate (tiny_model only)."})
@@ -238,6 +245,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             learning_rate=script_args.sft_learning_rate,
             num_samples=script_args.sft_num_samples,
             completion_length=training_args.max_completion_length,  # SFT canvas = RL generation length
+            architecture=script_args.tiny_architecture,
         )
     if model_path is None:
         raise ValueError("model_name_or_path is not set: give a hub id or a local checkpoint (or tiny_model: true).")

@@ -156,6 +156,32 @@ def test_bad_arguments(tiny_tokenizer, tiny_llada):
         evaluate_model(tiny_llada, tiny_tokenizer, rows, "no_such_task", gen_length=8, block_length=8, steps=8)
 
 
+def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
+    """An SDAR model is evaluated with its cached block sampler: the records equal block_generate's completions."""
+    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+    from stabledrl_trl.diffusion.block_sampler import block_generate
+    from stabledrl_trl.evaluation import render_prompt
+    from stabledrl_trl.sft import build_tiny_model
+
+    model = build_tiny_model(tiny_tokenizer, seed=1, architecture="sdar").eval()
+    rows = _rows(["4131", "9876", "5501"])
+    result = evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward, gen_length=GEN, block_length=8,
+                            steps=8, temperature=0.0, batch_size=2, progress=False,
+                            block_remasking="low_confidence_static")  # fmt: skip
+    adapter = as_diffusion_lm(model, tiny_tokenizer)
+    for row, record in zip(rows, result["records"]):
+        ids = torch.tensor([tiny_tokenizer(render_prompt(tiny_tokenizer, row["prompt"]), add_special_tokens=False)[
+            "input_ids"]])  # fmt: skip
+        out = block_generate(model, ids, torch.ones_like(ids), mask_token_id=MASK, eos_token_ids=adapter.eos_token_ids,
+                             pad_token_id=EOS, block_size=4, gen_length=GEN, temperature=0.0,
+                             remasking="low_confidence_static")  # fmt: skip
+        text = tiny_tokenizer.decode(out.completion_ids[0][out.completion_mask[0].bool()], skip_special_tokens=True)
+        assert record["completion"] == text
+    with pytest.raises(ValueError, match="denoising_steps=8 exceeds"):
+        evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward, gen_length=GEN, block_length=8,
+                       steps=8, progress=False, block_denoising_steps=8)  # fmt: skip
+
+
 # ---- grading: the tasks' tagged correctness reward or the official StableDRL grading
 
 

@@ -85,6 +85,14 @@ SAMPLERS = {"llada": _llada_rollouts, "dream": _dream_rollouts}
 DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
 
 
+# Fields only the block-diffusion sampler reads, with their StableDRLConfig defaults.
+BLOCK_SAMPLER_DEFAULTS = {
+    "block_denoising_steps": None,
+    "block_remasking": "low_confidence_dynamic",
+    "block_confidence_threshold": 0.9,
+}
+
+
 def check_sampler_settings(args, sampler: str) -> None:
     """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
     if sampler == "dream":
@@ -130,6 +138,12 @@ class DiffusionFamily:
         what its rollouts would ignore (e.g. top_p with LLaDA's sampler); the trainer calls it once, at construction."""
         if self.default_sampler is not None:
             check_sampler_settings(args, self.sampler_name(args))
+            block = {k: getattr(args, k) for k, v in BLOCK_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
+            if block:
+                raise ValueError(
+                    f"{block} are settings of the block-diffusion sampler (SDAR, TraDo), which {self.name} models do "
+                    f"not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
+                )
         elif getattr(args, "diffusion_sampler", "auto") != "auto":
             raise ValueError(
                 f"diffusion_sampler={args.diffusion_sampler!r}: {self.name} models decode with their own sampler, not "

@@ -257,6 +257,28 @@ def test_misspelt_key_suggests_the_field(evaluate_script, tmp_path):
         evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", "m", "--num_smaples", "3"])
 
 
+def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tmp_path):
+    """A saved tiny SDAR evaluated with configs/tiny_block.yaml's sampler settings (its block sampler)."""
+    from stabledrl_trl.evaluation import evaluate_model
+    from stabledrl_trl.sft import build_tiny_model
+    from stabledrl_trl.tasks import get_task, load_task_dataset
+    from stabledrl_trl.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0, architecture="sdar")
+    model.save_pretrained(tmp_path / "sdar")
+    tokenizer.save_pretrained(tmp_path / "sdar")
+    config = os.path.join(ROOT, "configs", "tiny_block.yaml")
+    argv = ["--model_name_or_path", str(tmp_path / "sdar"), "--task", "digit_sort", "--num_samples", "4",
+            "--training_config", config, "--temperature", "0", "--no_progress"]  # fmt: skip
+    result = evaluate_script.main(argv=argv)
+    assert result["sampler"]["block_remasking"] == "low_confidence_dynamic" and result["n"] == 4
+    rows = load_task_dataset("digit_sort", "test", num_samples=4, seed=0)
+    direct = evaluate_model(model.eval(), tokenizer, rows, get_task("digit_sort"), gen_length=8, block_length=8,
+                            steps=8, temperature=0.0, progress=False)  # fmt: skip
+    assert [r["completion"] for r in result["records"]] == [r["completion"] for r in direct["records"]]
+
+
 def test_prompt_style_precedence(evaluate_script, tmp_path):
     config = tmp_path / "train.yaml"
     config.write_text("task: countdown\nprompt_style: official\n")
