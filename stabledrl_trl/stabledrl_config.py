@@ -37,6 +37,12 @@ class StableDRLConfig(GRPOConfig):
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
     positions, decoded in `diffusion_steps` denoising steps, by LLaDA's sampler in blocks of `block_length` or by
     Dream's sampler (Dream / DiffuCoder, `diffusion_sampler`) over the whole completion with `dream_alg` ranking.
+    Left unset, `block_length` and `diffusion_steps` follow `max_completion_length` (`resolve_diffusion_layout`:
+    block 32 or the largest divisor <= 32, 2 tokens per step), so a GRPOConfig call needs no new field.
+
+    Run safety: a step with a non-finite gradient norm is skipped (`max_nonfinite_grad_steps` in a row stop the run),
+    a fresh run refuses an output_dir holding checkpoints (`overwrite_output_dir`), and weights load from
+    safetensors only (`allow_pickle_checkpoints`).
 
     Group-exact self-normalisation: `stable_drl` and `stable_drl_ratio` normalise over the G completions of one
     prompt, so each micro-batch must hold whole groups: `per_device_train_batch_size` must be a multiple of
@@ -198,7 +204,7 @@ class StableDRLConfig(GRPOConfig):
         default=0.9,
         metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
     )
-    # Run safety (non-finite steps, output folder, checkpoint formats)
+    # ---- Run safety: non-finite steps, the output folder, checkpoint formats ----
     max_nonfinite_grad_steps: int = field(
         default=3,
         metadata={
