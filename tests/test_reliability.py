@@ -500,3 +500,28 @@ def test_diffusion_model_without_completion_length_is_refused(tmp_path):
         make_trainer(tmp_path, args=make_args(tmp_path, max_completion_length=None))
     trainer = make_trainer(tmp_path, model=make_llama(), args=make_args(tmp_path, max_completion_length=None))
     assert not trainer.is_diffusion  # TRL's "no limit" for an autoregressive model
+
+
+def test_async_reward_function_stays_async_and_its_errors_name_the_sample():
+    import asyncio
+
+    from trl.trainer.utils import is_async_callable
+
+    from stabledrl_trl.stabledrl_trainer import _wrap_reward_func
+
+    async def judge(prompts, completions, **kw):
+        await asyncio.sleep(0)
+        if any("bad" in c for c in completions):
+            raise KeyError("no score")
+        return [float(len(c)) for c in completions]
+
+    async def says_text(prompts, completions, **kw):
+        return "fine"
+
+    wrapped = _wrap_reward_func(judge)
+    assert is_async_callable(wrapped) and wrapped.__name__ == "judge"  # TRL awaits it and logs it under its name
+    assert asyncio.run(wrapped(prompts=["p", "q"], completions=["ab", "c"])) == [2.0, 1.0]
+    with pytest.raises(RewardFunctionError, match=r"'judge' raised KeyError.*on sample 1: prompt='q'"):
+        asyncio.run(wrapped(prompts=["p", "q"], completions=["ok", "bad"]))
+    with pytest.raises(RewardFunctionError, match="'says_text' returned str"):
+        asyncio.run(_wrap_reward_func(says_text)(prompts=["p"], completions=["x"]))
