@@ -37,6 +37,13 @@ class TrainScriptArguments:
         default=None, metadata={"help": "Hub id, local folder or data file replacing the task's default dataset."}
     )
     data_files: str | None = field(default=None, metadata={"help": "Local data file(s) for the dataset builder."})
+    test_data_files: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local data file(s) of the held-out split. Needed when the training data is one file "
+            "(dataset_path or data_files) and a held-out evaluation is asked for: one file is one split."
+        },
+    )
     dataset_train_split: str = field(default="train", metadata={"help": "Training split."})
     dataset_test_split: str = field(default="test", metadata={"help": "Held-out split for evaluation."})
     num_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training rows."})
@@ -48,6 +55,13 @@ class TrainScriptArguments:
     tiny_model: bool = field(
         default=False,
         metadata={"help": "Build the tiny local LLaDA model and tokenizer and warm them up by SFT (cached)."},
+    )
+    tiny_architecture: str = field(
+        default="llada",
+        metadata={
+            "help": "Architecture of the tiny model (tiny_model only): 'llada' (full attention) or 'sdar' (block "
+            "diffusion, block size 4)."
+        },
     )
     sft_cache_dir: str = field(default=".cache/stabledrl_tiny", metadata={"help": "Cache of the SFT warm-up."})
     sft_max_steps: int = field(default=200, metadata={"help": "SFT warm-up steps (tiny_model only)."})
@@ -121,14 +135,16 @@ class TrainScriptArguments:
 
 
 def make_parser(subparsers=None):
-    from trl import ModelConfig, TrlParser
+    from trl import ModelConfig
 
     from stabledrl_trl import StableDRLConfig
 
     dataclass_types = (TrainScriptArguments, StableDRLConfig, ModelConfig)
     if subparsers is not None:
         return subparsers.add_parser("train", help="StableDRL training", dataclass_types=dataclass_types)
-    return TrlParser(dataclass_types)
+    from stabledrl_trl.safety import make_trl_parser
+
+    return make_trl_parser(dataclass_types)
 
 
 def build_model_init_kwargs(training_args, model_args) -> dict:
@@ -165,6 +181,15 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
         temperature=temperature,
         remasking=args.remasking,
         cfg_scale=args.cfg_scale,
+        sampler=args.diffusion_sampler,
+        dream_alg=args.dream_alg,
+        dream_alg_temp=args.dream_alg_temp,
+        dream_eps=args.dream_eps,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        block_denoising_steps=args.block_denoising_steps,
+        block_remasking=args.block_remasking,
+        block_confidence_threshold=args.block_confidence_threshold,
         batch_size=script_args.eval_batch_size,
         seed=args.seed,
         desc=f"eval {label}",
@@ -176,6 +201,22 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
         flush=True,
     )
     return result
+
+
+def check_held_out_split(script_args, needs_test: bool) -> None:
+    """One data file is one split: used for training it cannot also be the held-out set (the held-out accuracy
+    would be measured on training rows). Require `test_data_files` then."""
+    files = script_args.data_files
+    single = (files is not None and not isinstance(files, dict)) or (
+        files is None and script_args.dataset_path is not None and os.path.isfile(script_args.dataset_path)
+    )
+    if single and needs_test and script_args.test_data_files is None:
+        given = f"data_files={files!r}" if files is not None else f"dataset_path={script_args.dataset_path!r}"
+        raise ValueError(
+            f"{given} is a single file, so it would be both the training and the held-out split (held-out accuracy "
+            "on training rows). Give the held-out file with test_data_files, or turn off evaluate_before_after / "
+            "eval_strategy."
+        )
 
 
 def main(script_args=None, training_args=None, model_args=None, argv=None):
@@ -204,6 +245,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             learning_rate=script_args.sft_learning_rate,
             num_samples=script_args.sft_num_samples,
             completion_length=training_args.max_completion_length,  # SFT canvas = RL generation length
+            architecture=script_args.tiny_architecture,
         )
     if model_path is None:
         raise ValueError("model_name_or_path is not set: give a hub id or a local checkpoint (or tiny_model: true).")
@@ -225,8 +267,22 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             prompt_style=script_args.prompt_style,
         )
 
+    needs_test = script_args.evaluate_before_after or training_args.eval_strategy != "no"
+    check_held_out_split(script_args, needs_test)
     train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
-    test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
+    test_dataset = None
+    if script_args.test_data_files is not None:
+        test_dataset = load_task_dataset(
+            script_args.task,
+            script_args.dataset_test_split,
+            path=None,
+            data_files=script_args.test_data_files,
+            num_samples=script_args.num_eval_samples,
+            system_prompt=script_args.system_prompt,
+            seed=training_args.seed,
+        )
+    elif needs_test:
+        test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
     eval_dataset = test_dataset if training_args.eval_strategy != "no" else None
 
     trainer = StableDRLTrainer(

@@ -2,8 +2,9 @@
 
 `evaluate_model` renders every prompt as the trainer does (chat template with the generation prompt for
 conversational prompts, the text as is otherwise), left-pads batches of prompts (padding hidden from attention, so a
-row's completion does not depend on its batch at temperature 0), samples completions with LLaDA's sampler
-(`stabledrl_trl.diffusion.sampler.generate`), decodes each completion up to its first EOS / end-of-turn token without
+row's completion does not depend on its batch at temperature 0), samples completions with the model family's
+rollout sampler (LLaDA's for LLaDA and masked LMs, Dream's for Dream / DiffuCoder, or the one `sampler` names; the
+same choice as the trainer's `diffusion_sampler`), decodes each completion up to its first EOS / end-of-turn token without
 special tokens (as TRL does), and scores it with the reward following TRL's protocol
 `reward(prompts, completions, **columns)`. All randomness comes from one `torch.Generator` seeded with `seed`.
 
@@ -18,12 +19,15 @@ Grading (`grading`, for a task):
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 from tqdm.auto import tqdm
 
 from .diffusion.adapter import DiffusionAdapter, as_diffusion_lm
-from .diffusion.sampler import generate, validate_sampler_args
+from .diffusion.dream_sampler import validate_dream_sampler_args
+from .diffusion.family import get_family
+from .diffusion.sampler import validate_sampler_args
 
 
 def resolve_reward(reward_func_or_task) -> Callable:
@@ -116,6 +120,15 @@ def evaluate_model(
     temperature: float = 0.0,
     remasking: str = "low_confidence",
     cfg_scale: float = 0.0,
+    sampler: str = "auto",
+    dream_alg: str = "entropy",
+    dream_alg_temp: float = 0.0,
+    dream_eps: float = 1e-3,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    block_denoising_steps: int | None = None,
+    block_remasking: str = "low_confidence_dynamic",
+    block_confidence_threshold: float = 0.9,
     batch_size: int = 32,
     seed: int = 0,
     progress: bool = True,
@@ -130,6 +143,9 @@ def evaluate_model(
         or a `datasets.Dataset`).
     reward_func_or_task: a TRL-style reward function, a `TaskSpec` or a registered task name (its correctness
         reward is used).
+    sampler, dream_alg, dream_alg_temp, dream_eps, top_p, top_k, block_*: as `StableDRLConfig`'s diffusion_sampler
+        and fields of the same names ("auto" = the family's own sampler; top_p 1.0 / top_k 0 = no filtering; the
+        block_* fields drive block-diffusion models).
     progress / desc: show a tqdm bar over batches with this label.
     sampler_options: further keyword arguments of the sampler (e.g. cache="prefix", threshold=0.9, top_k=50).
     grading: for a task, "tagged" (None: the correctness reward) or "official" (the official StableDRL reward;
@@ -143,7 +159,36 @@ def evaluate_model(
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     reward_func, grading, full_score = resolve_grading(reward_func_or_task, grading)
     adapter = model if isinstance(model, DiffusionAdapter) else as_diffusion_lm(model, tokenizer)
-    validate_sampler_args(gen_length, block_length, steps, temperature, remasking, cfg_scale, adapter.mask_token_id)
+    # The trainer's config fields, so the family picks and runs its sampler exactly as in training rollouts.
+    settings = SimpleNamespace(
+        max_completion_length=gen_length,
+        block_length=block_length,
+        diffusion_steps=steps,
+        temperature=temperature,
+        remasking=remasking,
+        cfg_scale=cfg_scale,
+        diffusion_sampler=sampler,
+        dream_alg=dream_alg,
+        dream_alg_temp=dream_alg_temp,
+        dream_eps=dream_eps,
+        top_p=top_p,
+        top_k=top_k,
+        block_denoising_steps=block_denoising_steps,
+        block_remasking=block_remasking,
+        block_confidence_threshold=block_confidence_threshold,
+    )
+    if sampler not in ("auto", "llada", "dream"):
+        raise ValueError(f"sampler={sampler!r}; choose 'auto' (the model family's own), 'llada' or 'dream'.")
+    family = get_family(adapter.family)
+    family.check(settings, adapter.model)
+    if family.sampler_name(settings) == "dream":
+        validate_dream_sampler_args(
+            gen_length, steps, dream_alg, dream_alg_temp, dream_eps, temperature, top_p, top_k if top_k else None
+        )
+    elif family.sampler_name(settings) == "llada":  # families with their own sampler validate in `generate`
+        validate_sampler_args(
+            gen_length, block_length, steps, temperature, remasking, cfg_scale, adapter.mask_token_id
+        )
     rows = [dict(row) for row in dataset]
     if not rows:
         raise ValueError("dataset is empty; pass at least one row to evaluate.")
@@ -165,17 +210,11 @@ def evaluate_model(
             prompt_texts = [render_prompt(tokenizer, row["prompt"]) for row in batch]
             prompt_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in prompt_texts]
             ids, mask = left_pad(prompt_ids, adapter.pad_token_id)  # (B, P), (B, P)
-            out = generate(
+            out = family.generate(
                 adapter,
                 ids.to(device),
                 mask.to(device),
-                mask_token_id=adapter.mask_token_id,
-                gen_length=gen_length,
-                block_length=block_length,
-                steps=steps,
-                temperature=temperature,
-                remasking=remasking,
-                cfg_scale=cfg_scale,
+                settings,
                 eos_token_ids=adapter.eos_token_ids,
                 generator=generator,
                 **(sampler_options or {}),

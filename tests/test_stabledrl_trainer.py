@@ -647,3 +647,79 @@ def test_reward_text_canvas_is_refused_for_autoregressive_models(tmp_path):
             train_dataset=make_dataset(),
             processing_class=tok,
         )
+
+
+def test_saved_models_are_in_lladas_format_and_checkpoints_resume_exactly(tmp_path, llada_fixture_dir):
+    """Checkpoints and the final model carry LLaDA's weight names, config keys and auto_map (LLaDA's own code loads
+    them); resuming from such a checkpoint reproduces the uninterrupted run's weights exactly."""
+    import json
+
+    from safetensors.torch import load_file
+
+    def id_reward(prompts, completions, completion_ids=None, **kwargs):
+        # The fixture's ids mostly fall outside the tiny tokenizer, so grade the ids: rewards vary, the model moves.
+        return [float(sum(ids) % 5) for ids in completion_ids]
+
+    def trainer_for(out, **kw):
+        args = make_args(tmp_path, output_dir=str(out), mask_token_id=317, max_steps=2, **kw)
+        return StableDRLTrainer(
+            model=str(llada_fixture_dir),
+            reward_funcs=id_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=build_tiny_tokenizer(),
+        )
+
+    full = trainer_for(tmp_path / "full", save_strategy="steps", save_steps=1)
+    full.train()
+    full.save_model(str(tmp_path / "final"))
+    fixture_names = sorted(load_file(str(llada_fixture_dir / "model.safetensors")))
+    fixture_config = json.loads((llada_fixture_dir / "config.json").read_text())
+    for folder in (tmp_path / "full" / "checkpoint-1", tmp_path / "final"):
+        assert sorted(load_file(str(folder / "model.safetensors"))) == fixture_names
+        saved = json.loads((folder / "config.json").read_text())
+        for key in ("auto_map", "model_type", "rope_theta", "d_model", "n_layers", "embedding_size", "weight_tying"):
+            assert saved[key] == fixture_config[key], key
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    initial = load_file(str(llada_fixture_dir / "model.safetensors"))
+    assert not torch.equal(
+        final["model.transformer.blocks.0.ff_proj.weight"], initial["model.transformer.blocks.0.ff_proj.weight"]
+    )
+
+    resumed = trainer_for(tmp_path / "resumed", save_strategy="no")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))
+    for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_trained_dream_is_saved_in_dreams_format(tmp_path):
+    """The final Dream model writes rope_theta (Dream's code reads no rope_parameters and would fall back to 1e4),
+    its auto_map and Qwen2 weight names; it loads back to the same logits."""
+    import json
+
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    source = tmp_path / "tiny-dream"
+    model = make_dream()
+    model.config.auto_map = {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"}
+    model.save_pretrained(source)
+    trainer = StableDRLTrainer(
+        model=str(source),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, max_steps=1),
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    trainer.train()
+    trainer.save_model(str(tmp_path / "final"))
+    saved = json.loads((tmp_path / "final" / "config.json").read_text())
+    assert saved["rope_theta"] == 1e6 and saved["rope_scaling"] is None and "rope_parameters" not in saved
+    assert saved["model_type"] == "Dream" and saved["auto_map"] == model.config.auto_map
+    assert sorted(load_file(str(tmp_path / "final" / "model.safetensors"))) == sorted(
+        load_file(str(source / "model.safetensors"))
+    )
+    reloaded = AutoModel.from_pretrained(tmp_path / "final").eval()
+    ids = torch.randint(2, 101, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids).logits, trainer.model.eval()(ids).logits)

@@ -59,7 +59,8 @@ from stabledrl_trl.diffusion.masking import (
 
 LogitsFn = Callable[[Tensor, Tensor], Tensor]  # (input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V)
 # A logits_fn with attribute `two_copy = True` (stabledrl_trl.diffusion.block_estimators.StaircaseLogits) is given
-# (N, 2L) rows [masked copy || clean copy] and their (N, 2L) attention mask; the masked copy's logits are scored.
+# (N, 2L) rows [masked copy || clean copy] and their (N, 2L) attention mask, and returns the masked copy's logits
+# (N, L, V), which are scored.
 
 
 @dataclass
@@ -146,12 +147,14 @@ def _chunk_logps(logits_fn: LogitsFn, input_ids: Tensor, attention_mask: Tensor,
     n, L = input_ids.shape
     C = targets.shape[1]
     if getattr(logits_fn, "accepts_logits_to_keep", False):
-        # Only the (first copy's) completion positions go through the output head (a DiffusionAdapter).
+        # Only the completion positions go through the output head (a DiffusionAdapter).
         keep = torch.arange(prompt_len, prompt_len + C, device=input_ids.device)  # (C,)
         logits = logits_fn(input_ids, attention_mask, logits_to_keep=keep)  # (n, C, V)
         expected, offset = (n, C), 0
     else:
         logits = logits_fn(input_ids, attention_mask)  # (n, L, V)
+        if getattr(logits_fn, "two_copy", False):
+            L //= 2  # a two-copy logits_fn returns the logits of the masked copy only
         expected, offset = (n, L), prompt_len
     if logits.dim() != 3 or tuple(logits.shape[:2]) != expected:
         raise ValueError(

@@ -90,6 +90,59 @@ def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
 
 # Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects.
 SAMPLERS = {"llada": _llada_rollouts, "dream": _dream_rollouts}
+# Defaults of the config fields only Dream's sampler reads.
+DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
+
+
+# Fields only the block-diffusion sampler reads, with their StableDRLConfig defaults.
+BLOCK_SAMPLER_DEFAULTS = {
+    "block_denoising_steps": None,
+    "block_remasking": "low_confidence_dynamic",
+    "block_confidence_threshold": 0.9,
+}
+
+
+# Defaults of the approximate rollout modes, which only LLaDA's sampler has (the caches only on LLaDA models).
+FAST_ROLLOUT_DEFAULTS = {"rollout_cache": "none", "parallel_threshold": None, "max_tokens_per_step": None}
+
+
+def fast_rollout_settings(args) -> dict:
+    """The approximate rollout modes `args` turns on (fields of FAST_ROLLOUT_DEFAULTS not at their default)."""
+    return {k: getattr(args, k) for k, v in FAST_ROLLOUT_DEFAULTS.items() if getattr(args, k, v) != v}
+
+
+def check_sampler_settings(args, sampler: str) -> None:
+    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
+    if sampler == "dream":
+        fast = fast_rollout_settings(args)
+        if fast:
+            raise ValueError(
+                f"{fast} are approximate modes of LLaDA's sampler; Dream's sampler has none. Leave them at their "
+                f"defaults {FAST_ROLLOUT_DEFAULTS} or set diffusion_sampler='llada'."
+            )
+        if args.remasking != "low_confidence":
+            raise ValueError(
+                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
+                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
+            )
+        if args.cfg_scale != 0:
+            raise ValueError(
+                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
+                "diffusion_sampler='llada'."
+            )
+    else:
+        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
+        if changed:
+            raise ValueError(
+                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
+                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
+                f"{DREAM_SAMPLER_DEFAULTS}."
+            )
+        if args.top_p != 1.0 or args.top_k:
+            raise ValueError(
+                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
+                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
+            )
 
 
 class DiffusionFamily:
@@ -107,21 +160,37 @@ class DiffusionFamily:
     def check(self, args, model) -> None:
         """Raise a ValueError naming the field and the fix when `args` cannot drive this family's `model`, or sets
         what its rollouts would ignore (e.g. top_p with LLaDA's sampler); the trainer calls it once, at construction."""
-        from ..stabledrl_config import check_sampler_settings, fast_rollout_settings
-
         if self.default_sampler is not None:
             check_sampler_settings(args, self.sampler_name(args))
+            block = {k: getattr(args, k) for k, v in BLOCK_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
+            if block:
+                raise ValueError(
+                    f"{block} are settings of the block-diffusion sampler (SDAR, TraDo), which {self.name} models do "
+                    f"not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
+                )
             cache = getattr(args, "rollout_cache", "none")
             if cache != "none" and self.name != "llada":
                 raise ValueError(
                     f"rollout_cache={cache!r} needs LLaDA (the model with the canvas cache path); this model is "
                     f"family {self.name!r}. Set rollout_cache='none'."
                 )
-        elif fast_rollout_settings(args):
+        elif getattr(args, "diffusion_sampler", "auto") != "auto":
             raise ValueError(
-                f"{fast_rollout_settings(args)} are approximate modes of LLaDA's sampler; {self.name} models decode "
-                "with their own sampler. Leave them at their defaults."
+                f"diffusion_sampler={args.diffusion_sampler!r}: {self.name} models decode with their own sampler, not "
+                "LLaDA's or Dream's; set diffusion_sampler='auto'."
             )
+        else:
+            unused = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
+            if getattr(args, "remasking", "low_confidence") != "low_confidence":
+                unused["remasking"] = args.remasking
+            if getattr(args, "cfg_scale", 0) != 0:
+                unused["cfg_scale"] = args.cfg_scale
+            unused.update(fast_rollout_settings(args))
+            if unused:
+                raise ValueError(
+                    f"{unused} are settings of LLaDA's / Dream's samplers, which {self.name} models do not use (they "
+                    "decode with their own sampler); leave them at their defaults."
+                )
 
     def generate(
         self,
