@@ -380,9 +380,9 @@ def accuracy_table(args, modes) -> dict:
             if options is None:
                 continue
             adapter = CountingAdapter(model, tokenizer)
+            modes = dict(rollout_cache=options.get("cache", "none"), parallel_threshold=options.get("threshold"))
             res = evaluate_model(adapter, tokenizer, test, "digit_sort", gen_length=8, block_length=4, steps=8,
-                                 temperature=0.0, batch_size=128, seed=seed, progress=False,
-                                 sampler_options=options)  # fmt: skip
+                                 temperature=0.0, batch_size=128, seed=seed, progress=False, **modes)  # fmt: skip
             results[name].append((res["accuracy"], adapter.row_forwards / res["num_rows"]))
     return results
 

@@ -134,7 +134,9 @@ def evaluate_model(
     progress: bool = True,
     desc: str = "evaluating",
     grading: str | None = None,
-    sampler_options: dict | None = None,
+    rollout_cache: str = "none",
+    parallel_threshold: float | None = None,
+    max_tokens_per_step: int | None = None,
 ) -> dict:
     """Sample one completion per row of `dataset` and score it; returns accuracy, n and per-sample records.
 
@@ -147,7 +149,8 @@ def evaluate_model(
         and fields of the same names ("auto" = the family's own sampler; top_p 1.0 / top_k 0 = no filtering; the
         block_* fields drive block-diffusion models).
     progress / desc: show a tqdm bar over batches with this label.
-    sampler_options: further keyword arguments of the sampler (e.g. cache="prefix", threshold=0.9, top_k=50).
+    rollout_cache, parallel_threshold, max_tokens_per_step: LLaDA's approximate rollout modes, as the
+        `StableDRLConfig` fields of the same names (defaults: exact decoding).
     grading: for a task, "tagged" (None: the correctness reward) or "official" (the official StableDRL reward;
         accuracy counts completions earning the full score); see the module docstring.
     Returns {"accuracy", "n" (rows scored), "num_rows", "grading", "grading_rule", "full_score" (official: the score
@@ -176,6 +179,9 @@ def evaluate_model(
         block_denoising_steps=block_denoising_steps,
         block_remasking=block_remasking,
         block_confidence_threshold=block_confidence_threshold,
+        rollout_cache=rollout_cache,
+        parallel_threshold=parallel_threshold,
+        max_tokens_per_step=max_tokens_per_step,
     )
     if sampler not in ("auto", "llada", "dream"):
         raise ValueError(f"sampler={sampler!r}; choose 'auto' (the model family's own), 'llada' or 'dream'.")
@@ -217,7 +223,6 @@ def evaluate_model(
                 settings,
                 eos_token_ids=adapter.eos_token_ids,
                 generator=generator,
-                **(sampler_options or {}),
             )
             texts = [
                 tokenizer.decode(row_ids[row_mask.bool()].tolist(), skip_special_tokens=True)
