@@ -104,6 +104,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-vocab", type=int, default=0, help="also measure peak memory at this vocabulary (0 = no)")
     p.add_argument("--accuracy-seeds", default="", help="e.g. 0,1,2: held-out digit-task accuracy per mode (CPU)")
     p.add_argument("--accuracy-rows", type=int, default=256)
+    p.add_argument("--accuracy-only", action="store_true", help="only the held-out accuracy table (no speed rows)")
     p.add_argument("--sft-cache-dir", default=".cache/stabledrl_tiny")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
     p.add_argument("--seed", type=int, default=0)
@@ -380,9 +381,9 @@ def accuracy_table(args, modes) -> dict:
             if options is None:
                 continue
             adapter = CountingAdapter(model, tokenizer)
-            modes = dict(rollout_cache=options.get("cache", "none"), parallel_threshold=options.get("threshold"))
+            fast = dict(rollout_cache=options.get("cache", "none"), parallel_threshold=options.get("threshold"))
             res = evaluate_model(adapter, tokenizer, test, "digit_sort", gen_length=8, block_length=4, steps=8,
-                                 temperature=0.0, batch_size=128, seed=seed, progress=False, **modes)  # fmt: skip
+                                 temperature=0.0, batch_size=128, seed=seed, progress=False, **fast)  # fmt: skip
             results[name].append((res["accuracy"], adapter.row_forwards / res["num_rows"]))
     return results
 
@@ -423,6 +424,14 @@ def main(argv=None) -> list[dict]:
         if case not in ("standard", "early EOS"):
             raise SystemExit(f"--cases: unknown {case!r}; choose from 'standard', 'early EOS'")
 
+    if args.accuracy_only:
+        accuracy = accuracy_table(args, names)
+        for name, values in accuracy.items():
+            if values:
+                accs = [a for a, _ in values]
+                print(f"{name:<28} {sum(accs) / len(accs):.3f}  fwd/compl {sum(f for _, f in values) / len(values):.2f}"
+                      f"  per seed {', '.join(f'{a:.3f}' for a in accs)}")  # fmt: skip
+        return []
     model = build_model(shape, args.device, args.seed)
     adapter = as_diffusion_lm(model, eos_token_ids=[EOS_ID], pad_token_id=PAD_ID)
     print(f"shape: {json.dumps(shape)} device={args.device} temperature={args.temperature}")
