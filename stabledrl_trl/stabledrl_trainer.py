@@ -9,6 +9,7 @@ log-probabilities and only gains the new objectives.
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import torch
@@ -34,6 +35,17 @@ from .objectives import (
     stable_drl_ratio_loss,
 )
 from .stabledrl_config import OWN_LOSS_TYPES, StableDRLConfig
+
+logger = logging.getLogger(__name__)
+
+# Per-micro-batch metric(s) whose sum is the fraction of samples (tokens) whose ratio is clipped, per loss type.
+_CLIP_METRICS = {
+    "stable_drl": ("stabledrl/clip_frac",),
+    "stable_drl_ratio": ("stabledrl/clip_frac",),
+    "dgpo": ("stabledrl/low_clip_frac", "stabledrl/high_clip_frac"),
+    "cispo": ("cispo_clip_ratio",),
+    **{t: ("clip_ratio/region_mean",) for t in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")},
+}
 
 # Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
 _STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER = 1, 2, 3, 4
@@ -95,6 +107,9 @@ class StableDRLTrainer(GRPOTrainer):
     - `_calculate_rewards`: a non-finite reward (inf, or NaN from every function) drops its sample from the group's
       normalisation instead of entering the advantages.
     - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation.
+    - `training_step`: at the end of each optimiser step, logs `stabledrl/all_clipped` (every sample or token of the
+      step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
+      consecutive such steps (no learning).
 
     Mask seeds (`mask_seed_mode`), forward passes per completion with an estimator of cost K (K = mc_samples for
     the Monte-Carlo estimators, 1 for mean_field) and I = num_iterations inner iterations per generation:
@@ -145,10 +160,15 @@ class StableDRLTrainer(GRPOTrainer):
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
             )
             self._mask_token_id = self._dlm.mask_token_id
-            self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
+            if args.completion_end == "tokenizer_eos":  # official: <|eot_id|> before the EOS is a scored token
+                self.eos_token_ids = [self._tokenizer.eos_token_id]
+            else:
+                self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
         self._nonfinite_reward_rows = None
+        self._step_all_clipped: bool | None = None  # every micro-batch of the current optimiser step fully clipped
+        self._all_clipped_streak = 0
 
     # ------------------------------------------------------------------ helpers
 
@@ -235,7 +255,9 @@ class StableDRLTrainer(GRPOTrainer):
         seeds = row_seeds(prompt_ids, prompt_mask, completion_ids, completion_mask, self.args.seed, *self._mask_stream)
         args = self.args
         # The sampler decodes a fixed canvas of max_completion_length positions and the model sees the EOS tail
-        # after the first EOS while it generates. Rebuild that canvas: the tail is visible, unmasked, unscored context.
+        # after the first EOS while it generates. Rebuild that canvas: the tail is unscored context, visible EOS
+        # tokens (eos_tail "visible") or mask tokens (eos_tail "masked", official; prompt padding is then attended and
+        # masked like prompt tokens, as that code does).
         c = completion_ids.size(1)
         canvas = max(c, args.max_completion_length)
         eos = self._tokenizer.eos_token_id
@@ -243,17 +265,19 @@ class StableDRLTrainer(GRPOTrainer):
         canvas_ids[:, :c] = torch.where(completion_mask.bool(), completion_ids, eos)
         scored = completion_mask.new_zeros(canvas_ids.shape)  # (B, G)
         scored[:, :c] = completion_mask
+        masked_tail = args.eos_tail == "masked"
         with self.accelerator.autocast():
             est = estimate_likelihood(
                 args.likelihood_estimator,
                 self._adapter(model),
                 prompt_ids,
-                prompt_mask,
+                torch.ones_like(prompt_mask) if masked_tail else prompt_mask,
                 canvas_ids,
                 scored,
                 mask_token_id=self._mask_token_id,
                 seed=seeds,
                 context_mask=torch.ones_like(scored),
+                mask_context=masked_tail,
                 num_samples=1 if args.likelihood_estimator == "mean_field" else args.mc_samples,
                 p_mask_prompt=args.p_mask_prompt,
                 chunk_size=args.estimator_chunk_size,
@@ -389,8 +413,54 @@ class StableDRLTrainer(GRPOTrainer):
                 # masks do not depend on where the layout puts it.
                 self._mask_stream = (_STREAM_STEP, self.state.global_step, j)
         if self.loss_type not in OWN_LOSS_TYPES:
-            return super()._compute_loss(model, inputs)
-        return self._compute_own_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+        else:
+            loss = self._compute_own_loss(model, inputs)
+        if self.model.training:
+            self._note_clipping()
+        return loss
+
+    # ------------------------------------------------------------------ all-clipped guard
+
+    def _note_clipping(self):
+        """Record whether every sample (token) of this micro-batch, over all processes, had its ratio clipped."""
+        keys = _CLIP_METRICS.get(self.loss_type)
+        metrics = self._metrics["train"]
+        if keys is None or not all(metrics.get(k) for k in keys):
+            return
+        fraction = sum(float(metrics[k][-1]) for k in keys)  # the values logged for this micro-batch
+        full = fraction >= 1.0 - 1e-6
+        self._step_all_clipped = full if self._step_all_clipped is None else (self._step_all_clipped and full)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        output = super().training_step(model, inputs, num_items_in_batch)
+        if self._step % self.current_gradient_accumulation_steps == 0:  # the optimiser step ends here (as TRL)
+            self._end_clipping_step()
+        return output
+
+    def _end_clipping_step(self):
+        if self._step_all_clipped is None:
+            return
+        full, self._step_all_clipped = self._step_all_clipped, None
+        self._all_clipped_streak = self._all_clipped_streak + 1 if full else 0
+        self._metrics["train"]["stabledrl/all_clipped"].append(float(full))
+        self._metrics["train"]["stabledrl/all_clipped_streak"].append(float(self._all_clipped_streak))
+        patience = self.args.all_clipped_patience
+        if patience and self._all_clipped_streak == patience:
+            if self.loss_type == "stable_drl":
+                effect = (
+                    f"every importance weight exceeded clip_c={self.args.clip_c}, so the group weights are uniform "
+                    "and the update ignores the ratios"
+                )
+            else:
+                effect = "the clipped objective gets no gradient from the ratios: the policy is not learning"
+            logger.warning(
+                f"Every sample was clipped for {patience} consecutive optimiser steps (up to step "
+                f"{self.state.global_step + 1}, loss_type={self.loss_type!r}): {effect}. The ratios are likely "
+                f"dominated by likelihood-estimator noise (likelihood_estimator={self.args.likelihood_estimator!r}, "
+                f"mask_seed_mode={self.args.mask_seed_mode!r}). Fix: use mask_seed_mode='shared', more mc_samples "
+                "or a lower learning rate; loss_type='stable_drl' keeps learning under such noise."
+            )
 
     def _compute_own_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
@@ -423,7 +493,10 @@ class StableDRLTrainer(GRPOTrainer):
             )
             loss = aggregate_loss(out, normalizer=groups_here * accumulation)
         elif self.loss_type == "stable_drl_ratio":
-            seq_log_ratio = ((per_token_logps - old) * mask).sum(-1)  # (B,) log of the sequence ratio
+            # (B,) log of the sequence ratio: L_theta - L_old (form "mean") or the sum of per-token log-ratios
+            seq_log_ratio = ((per_token_logps - old) * mask).sum(-1)
+            if self.args.stable_drl_ratio_form == "mean":
+                seq_log_ratio = seq_log_ratio / n_tok
             out = stable_drl_ratio_loss(seq_log_ratio, advantages, g, epsilon=self.epsilon_low)
             loss = aggregate_loss(out, normalizer=groups_here * accumulation)
         else:  # dgpo: token-mean over the accumulation window, as TRL's `dapo`
