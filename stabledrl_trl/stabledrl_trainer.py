@@ -24,8 +24,7 @@ from trl.trainer.utils import (
 )
 
 from .diffusion.adapter import as_diffusion_lm, detect_family
-from .diffusion.estimators import estimate_likelihood, estimator_cost
-from .diffusion.sampler import generate as diffusion_generate
+from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, row_seeds
 from .objectives import (
     aggregate_loss,
@@ -95,7 +94,7 @@ class StableDRLTrainer(GRPOTrainer):
     Same constructor as `trl.GRPOTrainer`; `args` is a `StableDRLConfig` (a plain `GRPOConfig` is refused with a
     message saying to swap the class name).
 
-    TRL hooks overridden, and why (tests/test_trainer_hooks.py checks each still exists in TRL with the expected
+    TRL hooks overridden, and why (tests/test_stabledrl_trainer.py checks each still exists in TRL with the expected
     signature and runs during a training step):
     - `_generate_single_turn`: diffusion LMs decode with the masked-diffusion sampler instead of `model.generate`.
     - `_get_per_token_logps_and_entropies`: diffusion LMs have no exact log-probs; the chosen estimator supplies
@@ -148,6 +147,7 @@ class StableDRLTrainer(GRPOTrainer):
         family = detect_family(unwrapped)
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
         self._family = family
+        self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
         self._dlm = None
         if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
             raise ValueError(
@@ -218,17 +218,11 @@ class StableDRLTrainer(GRPOTrainer):
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
             with self.accelerator.autocast():
-                out = diffusion_generate(
+                out = self._family_impl.generate(
                     self._adapter(unwrapped_model),
                     padded,
                     mask,
-                    mask_token_id=self._mask_token_id,
-                    gen_length=self.args.max_completion_length,
-                    block_length=self.args.block_length,
-                    steps=self.args.diffusion_steps,
-                    temperature=self.args.temperature,
-                    remasking=self.args.remasking,
-                    cfg_scale=self.args.cfg_scale,
+                    self.args,
                     eos_token_ids=tuple(self.eos_token_ids),
                     generator=generator,
                 )
@@ -253,42 +247,20 @@ class StableDRLTrainer(GRPOTrainer):
         prompt_ids, completion_ids = input_ids[:, :-logits_to_keep], input_ids[:, -logits_to_keep:]  # (B, P), (B, C)
         prompt_mask, completion_mask = attention_mask[:, :-logits_to_keep], attention_mask[:, -logits_to_keep:]
         seeds = row_seeds(prompt_ids, prompt_mask, completion_ids, completion_mask, self.args.seed, *self._mask_stream)
-        args = self.args
-        # The sampler decodes a fixed canvas of max_completion_length positions and the model sees the EOS tail
-        # after the first EOS while it generates. Rebuild that canvas: the tail is unscored context, visible EOS
-        # tokens (eos_tail "visible") or mask tokens (eos_tail "masked", official; prompt padding is then attended and
-        # masked like prompt tokens, as that code does).
-        c = completion_ids.size(1)
-        canvas = max(c, args.max_completion_length)
-        eos = self._tokenizer.eos_token_id
-        canvas_ids = completion_ids.new_full((completion_ids.size(0), canvas), eos)  # (B, G)
-        canvas_ids[:, :c] = torch.where(completion_mask.bool(), completion_ids, eos)
-        scored = completion_mask.new_zeros(canvas_ids.shape)  # (B, G)
-        scored[:, :c] = completion_mask
-        masked_tail = args.eos_tail == "masked"
         with self.accelerator.autocast():
-            est = estimate_likelihood(
-                args.likelihood_estimator,
+            est = self._family_impl.estimate(
                 self._adapter(model),
                 prompt_ids,
-                torch.ones_like(prompt_mask) if masked_tail else prompt_mask,
-                canvas_ids,
-                scored,
-                mask_token_id=self._mask_token_id,
-                seed=seeds,
-                context_mask=torch.ones_like(scored),
-                mask_context=masked_tail,
-                num_samples=1 if args.likelihood_estimator == "mean_field" else args.mc_samples,
-                p_mask_prompt=args.p_mask_prompt,
-                chunk_size=args.estimator_chunk_size,
-                eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
-                **({"block_size": args.estimator_block_size} if args.likelihood_estimator == "block_random" else {}),
+                prompt_mask,
+                completion_ids,
+                completion_mask,
+                self.args,
+                seeds=seeds,
+                fill_token_id=self._tokenizer.eos_token_id,
             )
-        est.token_logps, est.token_entropy = est.token_logps[:, :c], est.token_entropy[:, :c]  # (B, C)
         self._last_estimate = est
-        num_samples = 1 if args.likelihood_estimator == "mean_field" else args.mc_samples
         self._metrics["train" if self.model.training else "eval"]["stabledrl/estimator_passes"].append(
-            float(estimator_cost(args.likelihood_estimator, num_samples))
+            float(self._family_impl.estimator_passes(self.args))
         )
         entropies = est.token_entropy if compute_entropy else None
         return est.token_logps, entropies, None
