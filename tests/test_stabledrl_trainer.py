@@ -462,3 +462,114 @@ def test_reward_error_mid_run_leaves_last_checkpoint_intact(tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(out / "checkpoint-2")
     for (name, p), q in zip(trainer.model.named_parameters(), reloaded.parameters(), strict=True):
         assert torch.equal(p.detach(), q.detach()), name  # the failed step changed nothing after checkpoint-2
+
+
+# ---------------------------------------------------------------------------------------------- ratio pairings
+
+
+@pytest.mark.parametrize("estimator", ["mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled"])
+def test_trl_sequence_level_grpo_uses_exactly_the_estimators_sequence_log_weight(tmp_path, estimator):
+    """The paper's GRPO baseline: TRL's importance_sampling_level='sequence' averages the per-token log-ratios over
+    the completion mask, which for these estimators is exactly L_theta - L_old, with fresh (independent) masks."""
+    tok = build_tiny_tokenizer()
+    args = make_args(
+        tmp_path,
+        loss_type="grpo",
+        importance_sampling_level="sequence",
+        likelihood_estimator=estimator,
+        mask_seed_mode="fresh",
+        epsilon=0.01,
+    )
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+    )
+    model, g = trainer.model, 4
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop; this test calls the loss directly
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    completion_ids = torch.tensor([[10, 11, 12, 0, 0], [13, 0, 0, 0, 0], [14, 15, 16, 17, 0], [18, 19, 0, 0, 0]])
+    completion_mask = (torch.arange(5)[None] <= torch.tensor([3, 1, 4, 2])[:, None]).long()
+    prompt_ids = torch.tensor([[3, 20, 21, 2, 4]] * g)
+    prompt_mask = torch.ones_like(prompt_ids)
+    ids, am = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
+    trainer._mask_stream = (1, 0)  # the old policy's own masks
+    with torch.no_grad():
+        old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, am, completion_ids.size(1))
+    old_seq = trainer._last_estimate.seq_logps.clone()
+    inputs = dict(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        advantages=adv,
+        old_per_token_logps=old,
+        num_items_in_batch=completion_mask.sum(),
+        mask_gen_step=torch.zeros(g, dtype=torch.long),
+    )
+    loss = trainer._compute_loss(model, inputs)
+    seq = trainer._last_estimate.seq_logps.detach()
+    assert not torch.allclose(seq, old_seq)  # independent masks: the weight is not 1
+    # by hand: rho = exp(L_theta - L_old), GRPO's conditional clip, mean over the G sequences (1/G)
+    rho = torch.exp(seq - old_seq)
+    expected = -torch.minimum(rho * adv, rho.clamp(1 - 0.01, 1 + 0.01) * adv).mean()
+    torch.testing.assert_close(loss.detach(), expected, atol=1e-6, rtol=1e-5)
+    region = ((rho < 0.99) & (adv < 0)) | ((rho > 1.01) & (adv > 0))
+    assert trainer._metrics["train"]["clip_ratio/region_mean"][-1] == pytest.approx(region.float().mean().item())
+
+
+def test_fresh_per_token_ratios_are_mask_noise_and_shared_masks_are_not(tmp_path):
+    """Why the config refuses per-token ratios on independent random masks: measured log-ratios at theta = theta_old."""
+    tok = build_tiny_tokenizer()
+    ids = torch.tensor([[3, 20, 21, 2, 4, 10, 11, 12, 13, 14, 15, 16, 0]] * 4)
+    am = torch.ones_like(ids)
+    spread = {}
+    for mode in ("fresh", "shared"):
+        args = make_args(tmp_path, loss_type="dgpo", mask_seed_mode=mode, allow_noisy_token_ratios=True)
+        trainer = StableDRLTrainer(
+            model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+        )
+        with torch.no_grad():
+            trainer._mask_stream = (2, 0, 0) if mode == "shared" else (1, 0)
+            old, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 8)
+            old_seq = trainer._last_estimate.seq_logps
+            trainer._mask_stream = (2, 0, 0) if mode == "shared" else (3, 0, 0)
+            cur, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 8)
+            cur_seq = trainer._last_estimate.seq_logps
+        spread[mode] = ((cur - old).abs().max().item(), (cur_seq - old_seq).abs().max().item())
+    assert spread["shared"] == (0.0, 0.0)  # the same masks, the same policy: every ratio is exactly 1
+    token_fresh, seq_fresh = spread["fresh"]
+    assert token_fresh > 2.0  # a token masked in one pass and not the other: |log-ratio| ~ its log-prob (~ log 101)
+    assert seq_fresh < token_fresh / 4  # the sequence log-weight averages that noise
+
+
+def _clipping_trainer(tmp_path, **kw):
+    tok = build_tiny_tokenizer()
+    args = make_args(tmp_path, max_steps=3, all_clipped_patience=2, **kw)
+    return StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+    )
+
+
+def test_every_sample_clipped_for_consecutive_steps_warns_and_is_logged(tmp_path, caplog):
+    # fresh masks make every sequence ratio differ from 1 by mask noise; a band of +-0.1% clips all of them
+    trainer = _clipping_trainer(
+        tmp_path, loss_type="stable_drl_ratio", mask_seed_mode="fresh", epsilon=1e-3, p_mask_prompt=0.5
+    )
+    with caplog.at_level("WARNING", logger="stabledrl_trl.stabledrl_trainer"):
+        trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["stabledrl/clip_frac"] for h in logs] == [1.0, 1.0, 1.0]
+    assert [h["stabledrl/all_clipped"] for h in logs] == [1.0, 1.0, 1.0]
+    assert [h["stabledrl/all_clipped_streak"] for h in logs] == [1.0, 2.0, 3.0]
+    assert all(h["grad_norm"] == 0.0 for h in logs)  # no learning
+    warned = [r.getMessage() for r in caplog.records if "consecutive optimiser steps" in r.getMessage()]
+    assert len(warned) == 1 and "2 consecutive" in warned[0] and "mask_seed_mode='shared'" in warned[0]
+
+
+def test_no_all_clipped_warning_when_ratios_are_meaningful(tmp_path, caplog):
+    trainer = _clipping_trainer(tmp_path, loss_type="stable_drl_ratio")  # auto: shared masks, ratio exactly 1
+    with caplog.at_level("WARNING", logger="stabledrl_trl.stabledrl_trainer"):
+        trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["stabledrl/all_clipped"] for h in logs] == [0.0, 0.0, 0.0]
+    assert all(h["grad_norm"] > 0 for h in logs)
+    assert not [r for r in caplog.records if "consecutive optimiser steps" in r.getMessage()]
