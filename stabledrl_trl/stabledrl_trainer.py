@@ -27,13 +27,15 @@ from .diffusion.adapter import as_diffusion_lm, detect_family
 from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, row_seeds
 from .objectives import (
+    SEQUENCE_INPUT,
     aggregate_loss,
     dgpo_loss,
+    ratio_input,
     spg_sandwich,
     stable_drl_loss,
     stable_drl_ratio_loss,
 )
-from .stabledrl_config import OWN_LOSS_TYPES, StableDRLConfig
+from .stabledrl_config import GROUP_NORMALISED_LOSS_TYPES, OWN_LOSS_TYPES, StableDRLConfig
 
 logger = logging.getLogger(__name__)
 
@@ -388,9 +390,29 @@ class StableDRLTrainer(GRPOTrainer):
             loss = super()._compute_loss(model, inputs)
         else:
             loss = self._compute_own_loss(model, inputs)
+        if self.is_diffusion and self.loss_type not in GROUP_NORMALISED_LOSS_TYPES:
+            self._log_ratio_max(inputs)
         if self.model.training:
             self._note_clipping()
         return loss
+
+    def _log_ratio_max(self, inputs):
+        """`stabledrl/weight_max` for objectives that do not log it: the largest unclipped ratio they consume,
+        per token or per sequence (`objectives.ratio_input`), from the estimate just computed."""
+        old = inputs.get("old_per_token_logps")
+        if old is None or self._last_estimate is None:
+            return  # on-policy: every ratio is exactly 1
+        mask = inputs["completion_mask"].bool()  # (B, C)
+        log_r = self._last_estimate.token_logps.detach() - old  # (B, C)
+        level = ratio_input(self.loss_type, self.args.importance_sampling_level, self.args.stable_drl_ratio_form)
+        if level == SEQUENCE_INPUT:
+            log_r = ((log_r * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]  # (B, 1)
+            mask = mask.any(-1, keepdim=True)
+        local = torch.where(mask & torch.isfinite(log_r), log_r, -torch.inf).max().reshape(1)
+        value = gather(local.float()).max()
+        self._metrics["train" if self.model.training else "eval"]["stabledrl/weight_max"].append(
+            float(torch.exp(value.clamp(max=80.0)))
+        )
 
     # ------------------------------------------------------------------ all-clipped guard
 

@@ -514,6 +514,8 @@ def test_trl_sequence_level_grpo_uses_exactly_the_estimators_sequence_log_weight
     torch.testing.assert_close(loss.detach(), expected, atol=1e-6, rtol=1e-5)
     region = ((rho < 0.99) & (adv < 0)) | ((rho > 1.01) & (adv > 0))
     assert trainer._metrics["train"]["clip_ratio/region_mean"][-1] == pytest.approx(region.float().mean().item())
+    # the largest unclipped ratio is logged for TRL's losses too, at the level the loss consumes
+    assert trainer._metrics["train"]["stabledrl/weight_max"][-1] == pytest.approx(rho.max().item(), rel=1e-5)
 
 
 def test_fresh_per_token_ratios_are_mask_noise_and_shared_masks_are_not(tmp_path):
