@@ -21,14 +21,16 @@ def test_run_summary_numbers_by_hand(load_script):
     reward = [0.1, 0.2, 0.3, 0.2, 0.4, 0.5]
     clip = [0.0, 0.5, 1.0, 1.0, 0.25, 0.0]
     weight = [1.0, 3.0, 7.5, 2.0, 1.0, 1.1]
-    log = _history(grad, reward, **{"stabledrl/clip_frac": clip, "stabledrl/weight_max": weight})
-    s = bench.run_summary(log, "stable_drl", {0: 0.30, 20: 0.45, 40: 0.40})
+    ess = [8.0, 7.5, 6.0, 8.0, 8.0, 7.9999]
+    log = _history(grad, reward, **{"stabledrl/clip_frac": clip, "stabledrl/weight_max": weight, "stabledrl/ess": ess})
+    s = bench.run_summary(log, "stable_drl", {0: 0.30, 20: 0.45, 40: 0.40}, group_size=8)
     assert s["steps"] == 6
     assert s["grad_norm_max"] == 50.0 and s["grad_norm_median"] == 1.75
     assert s["spikes"] == 1
     assert s["weight_max"] == 7.5
     assert s["clip_frac"] == pytest.approx(sum(clip) / 6)
-    assert s["all_clipped_steps"] == 2
+    assert s["all_clipped_steps"] == 2 and s["clipped_steps"] == 4
+    assert s["ess_min"] == 6.0 and s["ess_below_group_steps"] == 2
     assert (s["accuracy_before"], s["accuracy_after"], s["accuracy_best"]) == (0.30, 0.40, 0.45)
     assert s["reward"] == reward and s["grad_norm"] == grad
 
