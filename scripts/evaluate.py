@@ -7,7 +7,8 @@
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (max_completion_length, block_length, diffusion_steps, temperature, remasking,
-cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. Completions are sampled in batches of
+cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. The prompt style (tagged or official)
+follows the same precedence (default "tagged"); scoring is the task's tagged correctness reward (1 / 0). Completions are sampled in batches of
 left-padded prompts with a progress bar; the accuracy and every sample's prompt, completion, gold answer and reward
 are written as JSON to `--output_file`.
 """
@@ -55,6 +56,13 @@ class EvaluateArguments:
     dataset_seed: int = field(default=0, metadata={"help": "Seed of the row selection when num_samples is set."})
     system_prompt: str | None = field(
         default=None, metadata={"help": "Instructions before each question; None uses the task's default."}
+    )
+    prompt_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "'tagged' or 'official' prompts (stabledrl_trl.tasks); None: the training config's prompt_style, "
+            "else 'tagged'. Scoring is the task's tagged correctness reward either way."
+        },
     )
     training_config: str | None = field(
         default=None,
@@ -113,6 +121,20 @@ def sampler_settings(args: EvaluateArguments) -> dict:
             value = training.get(training_key, defaults[training_key].default)
         settings[name] = value
     return settings
+
+
+def prompt_style(args: EvaluateArguments) -> str:
+    """Explicit flag > the training YAML's prompt_style > "tagged"."""
+    if args.prompt_style is not None:
+        return args.prompt_style
+    if args.training_config is not None:
+        import yaml
+
+        with open(args.training_config) as f:
+            training = yaml.safe_load(f) or {}
+        if isinstance(training, dict) and training.get("prompt_style") is not None:
+            return training["prompt_style"]
+    return "tagged"
 
 
 def load_model(args: EvaluateArguments):
@@ -175,6 +197,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         num_samples=args.num_samples,
         system_prompt=args.system_prompt,
         seed=args.dataset_seed,
+        prompt_style=prompt_style(args),
     )
     result = evaluate_model(
         model,

@@ -7,6 +7,11 @@ Three dataclasses are parsed by TRL's `TrlParser`: `TrainScriptArguments` (task 
 (training, sampler, estimator, objective) and TRL's `ModelConfig` (model, dtype, LoRA). A YAML key that none of them
 knows is an error; command-line flags override YAML values.
 
+`prompt_style` / `reward_style` choose between the tasks' tagged prompts and rewards and the official StableDRL ones
+(stabledrl_trl.tasks); the official configs (configs/llada_*.yaml) use the official ones with the anti-short-boxed
+term. The before/after evaluation always scores with the task's tagged correctness reward (1 / 0) on the chosen
+prompts.
+
 With `tiny_model: true` the script builds the embedded default: a tiny LLaDA-architecture model and a character
 tokenizer made locally, warmed up by masked-diffusion SFT on the task (cached under `sft_cache_dir`), then trained
 with StableDRL; with `evaluate_before_after: true` it prints held-out accuracy before and after RL.
@@ -36,7 +41,8 @@ class TrainScriptArguments:
     num_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training rows."})
     num_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many held-out rows."})
     system_prompt: str | None = field(
-        default=None, metadata={"help": "Instructions before each question; None uses the task's default."}
+        default=None,
+        metadata={"help": "Instructions before each question (tagged prompts only); None uses the task's default."},
     )
     tiny_model: bool = field(
         default=False,
@@ -57,6 +63,60 @@ class TrainScriptArguments:
     eval_temperature: float | None = field(
         default=None, metadata={"help": "Sampling temperature of the evaluation; None uses the training one."}
     )
+
+    # --- task style: today's tagged prompts and rewards, or the official StableDRL ones -------------------------
+    prompt_style: str = field(
+        default="tagged",
+        metadata={
+            "help": "'tagged': reasoning/answer tags and the task's instructions; 'official': the official StableDRL "
+            "wording (gsm8k, math, countdown, sudoku; no system_prompt)."
+        },
+    )
+    reward_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "'tagged': the task's rewards; 'official': the official StableDRL grading. None: as prompt_style."
+        },
+    )
+    anti_short_boxed: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Add the official anti-short-boxed reward term (0 for a short, mostly-boxed completion, else 1). "
+            "None: on with reward_style 'official', off with 'tagged'."
+        },
+    )
+
+    def __post_init__(self):
+        from stabledrl_trl.tasks import PROMPT_STYLES, get_task
+
+        if self.reward_style is None:
+            self.reward_style = self.prompt_style
+        for name in ("prompt_style", "reward_style"):
+            if getattr(self, name) not in PROMPT_STYLES:
+                raise ValueError(
+                    f"{name}: expected one of {', '.join(PROMPT_STYLES)}, got {getattr(self, name)!r}; "
+                    "'official' poses and grades the task as the official StableDRL code does"
+                )
+        task = get_task(self.task)
+        for name in ("prompt_style", "reward_style"):
+            if getattr(self, name) not in task.prompt_styles:
+                raise ValueError(
+                    f"{name}: task {task.name!r} has no official StableDRL form; set {name}: tagged (official forms "
+                    "exist for gsm8k, math, countdown and sudoku)"
+                )
+        if self.prompt_style == "official" and self.system_prompt:
+            raise ValueError(
+                f"system_prompt: got {self.system_prompt!r:.60} with prompt_style 'official', whose prompts carry "
+                "their own wording; remove system_prompt or set prompt_style: tagged"
+            )
+        if self.anti_short_boxed is None:
+            self.anti_short_boxed = self.reward_style == "official"
+
+    def reward_funcs(self) -> list:
+        """The reward functions of the chosen task and reward style (with the anti-short-boxed term if on)."""
+        from stabledrl_trl.tasks import get_task
+
+        return get_task(self.task).reward_funcs_for(self.reward_style, anti_short_boxed=self.anti_short_boxed)
 
 
 def make_parser(subparsers=None):
@@ -156,6 +216,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             num_samples=num,
             system_prompt=script_args.system_prompt,
             seed=training_args.seed,
+            prompt_style=script_args.prompt_style,
         )
 
     train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
@@ -164,7 +225,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
 
     trainer = StableDRLTrainer(
         model=model_path,
-        reward_funcs=list(task.reward_funcs),
+        reward_funcs=script_args.reward_funcs(),
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,

@@ -1,6 +1,6 @@
 """stabledrl_trl: stable reinforcement learning (StableDRL, DGPO) for masked diffusion language models, on TRL."""
 
-from . import models  # registers LLaDA and Dream with transformers' Auto classes
+from . import models  # registers LLaDA, Dream and SDAR with transformers' Auto classes
 
 __version__ = "0.1.0"
 

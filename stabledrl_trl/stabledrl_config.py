@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from transformers.utils import logging
 from trl import GRPOConfig
 
+from .diffusion.dream_sampler import DREAM_ALGORITHMS
+
 logger = logging.get_logger(__name__)
 
 # (loss_type, importance_sampling_level, stable_drl_ratio_form, KL) pairs whose automatic mask_seed_mode was reported.
@@ -103,6 +105,35 @@ class StableDRLConfig(GRPOConfig):
     )
     cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
 
+    # ---- Sampler choice and Dream's sampler (Dream-v0 / DiffuCoder `diffusion_generate`) ----
+    diffusion_sampler: str = field(
+        default="auto",
+        metadata={
+            "help": "Rollout sampler of a diffusion LM: 'auto' (the family's own: Dream's for Dream / DiffuCoder, "
+            "LLaDA's otherwise), 'llada' (semi-autoregressive blocks; block_length, remasking, cfg_scale) or "
+            "'dream' (one global schedule, no blocks; dream_alg, dream_alg_temp, dream_eps, top_p, top_k)."
+        },
+    )
+    dream_alg: str = field(
+        default="entropy",
+        metadata={
+            "help": "Dream sampler: which masked positions to reveal, one of "
+            f"{list(DREAM_ALGORITHMS)}. 'entropy' (lowest entropy first) is what Dream's README and DiffuCoder use; "
+            "'maskgit_plus' = highest top probability, 'topk_margin' = largest top1 - top2 gap, 'origin' = random."
+        },
+    )
+    dream_alg_temp: float = field(
+        default=0.0,
+        metadata={
+            "help": "Dream sampler: 0 reveals the most confident positions; > 0 draws them from "
+            "softmax(confidence / dream_alg_temp)."
+        },
+    )
+    dream_eps: float = field(
+        default=1e-3,
+        metadata={"help": "Dream sampler: final time of the schedule t = linspace(1, eps, steps + 1), in [0, 1)."},
+    )
+
     # Likelihood estimation
     likelihood_estimator: str = field(
         default="block_random",
@@ -186,6 +217,28 @@ class StableDRLConfig(GRPOConfig):
         },
     )
 
+    # ---- Block diffusion (SDAR, TraDo): rollouts of block-causal models (their block size is the model's
+    # config.block_size; temperature, top_k and top_p are GRPOConfig's fields)
+    block_denoising_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Denoising steps per block for block-diffusion models (SDAR, TraDo); None = the model's block "
+            "size (one token per step at least, SDAR's and TraceRL's setting)."
+        },
+    )
+    block_remasking: str = field(
+        default="low_confidence_dynamic",
+        metadata={
+            "help": "Block-diffusion reveal rule: 'low_confidence_dynamic' (every token above "
+            "block_confidence_threshold, at least the step's scheduled count; TraceRL's rollouts) or "
+            "'low_confidence_static' (the scheduled count, most confident first)."
+        },
+    )
+    block_confidence_threshold: float = field(
+        default=0.9,
+        metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
+    )
+
     def __post_init__(self):
         # Layout checks first: TRL's own check on the same numbers gives a less specific message.
         if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
@@ -252,18 +305,38 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0.")
-        # Sampler layout (only used for diffusion models, but a bad value is a bad value).
+        self._check_sampler_choice()
+        # LLaDA's sampler layout (only used for diffusion models, but a bad value is a bad value); Dream's sampler
+        # has no blocks, so its settings are checked instead when it is chosen explicitly.
         from .diffusion.sampler import validate_sampler_args
 
-        validate_sampler_args(
-            gen_length=self.max_completion_length,
-            block_length=self.block_length,
-            steps=self.diffusion_steps,
-            temperature=self.temperature,
-            remasking=self.remasking,
-            cfg_scale=self.cfg_scale,
-            mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
-        )
+        if self.diffusion_sampler != "dream":
+            validate_sampler_args(
+                gen_length=self.max_completion_length,
+                block_length=self.block_length,
+                steps=self.diffusion_steps,
+                temperature=self.temperature,
+                remasking=self.remasking,
+                cfg_scale=self.cfg_scale,
+                mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
+            )
+        # Block diffusion (SDAR, TraDo)
+        from .diffusion.block_sampler import REMASKING_STRATEGIES
+
+        if self.block_remasking not in REMASKING_STRATEGIES:
+            raise ValueError(f"block_remasking={self.block_remasking!r}; choose one of {list(REMASKING_STRATEGIES)}.")
+        if not 0.0 <= self.block_confidence_threshold <= 1.0:
+            raise ValueError(
+                f"block_confidence_threshold={self.block_confidence_threshold} must be in [0, 1]; TraceRL uses 0.9."
+            )
+        if self.block_denoising_steps is not None and self.block_denoising_steps < 1:
+            raise ValueError(
+                f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
+            )
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
         if self.loss_type in OWN_LOSS_TYPES and self.beta != 0.0:
             raise ValueError(
                 f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
@@ -325,4 +398,59 @@ class StableDRLConfig(GRPOConfig):
                 f"{self.likelihood_estimator!r} scores the old and the current policy on independent random masks: "
                 "a Monte-Carlo estimator's per-token values are not per-token log-probs, and a token masked in one "
                 "pass and not in the other gives a log-ratio of about +-25. Fix: set " + ", or ".join(fixes) + "."
+            )
+
+    # ---- Sampler choice and Dream's sampler ----
+    def _check_sampler_choice(self) -> None:
+        """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
+        ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
+        from .diffusion.dream_sampler import validate_dream_sampler_args
+
+        if self.diffusion_sampler not in ("auto", "llada", "dream"):
+            raise ValueError(
+                f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler), "
+                "'llada' or 'dream'."
+            )
+        validate_dream_sampler_args(
+            gen_length=self.max_completion_length,
+            steps=self.diffusion_steps,
+            alg=self.dream_alg,
+            alg_temp=self.dream_alg_temp,
+            eps=self.dream_eps,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k if self.top_k else None,
+        )
+        if self.diffusion_sampler in ("llada", "dream"):
+            check_sampler_settings(self, self.diffusion_sampler)
+
+
+DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
+
+
+def check_sampler_settings(args, sampler: str) -> None:
+    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
+    if sampler == "dream":
+        if args.remasking != "low_confidence":
+            raise ValueError(
+                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
+                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
+            )
+        if args.cfg_scale != 0:
+            raise ValueError(
+                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
+                "diffusion_sampler='llada'."
+            )
+    else:
+        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
+        if changed:
+            raise ValueError(
+                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
+                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
+                f"{DREAM_SAMPLER_DEFAULTS}."
+            )
+        if args.top_p != 1.0 or args.top_k:
+            raise ValueError(
+                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
+                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
             )

@@ -150,6 +150,8 @@ class StableDRLTrainer(GRPOTrainer):
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
         self._family = family
         self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
+        if self._family_impl is not None:
+            self._family_impl.check(args, unwrapped)  # e.g. top_p with LLaDA's sampler, remasking with Dream's
         self._dlm = None
         if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
             raise ValueError(

@@ -1,4 +1,4 @@
-"""A tiny character-level tokenizer and tiny LLaDA-architecture configs, built locally.
+"""A tiny character-level tokenizer and tiny LLaDA- and SDAR-architecture configs, built locally.
 
 Everything here runs without a model hub: tests, the embedded CPU default (`configs/tiny.yaml`) and the benchmarks
 build their tokenizer and model from these functions. The tokenizer follows LLaDA's conventions (a dedicated mask
@@ -74,6 +74,41 @@ def tiny_llada_config_dict(vocab_size: int = 101, **overrides) -> dict:
         "activation_type": "silu",
         "include_bias": False,
         "mask_token_id": 1,
+        "eos_token_id": 0,
+        "pad_token_id": 0,
+    }
+    config.update(overrides)
+    return config
+
+
+def tiny_sdar_config_dict(vocab_size: int = 101, **overrides) -> dict:
+    """An SDAR-format `config.json` dictionary (SDAR's hub keys, model_type "sdar") for a tiny block-diffusion model.
+
+    Defaults match the tiny tokenizer above (mask 1, EOS/pad 0) with block size 4 like the released SDAR checkpoints.
+    Pass overrides such as `num_key_value_heads=2` (grouped-query attention) or `tie_word_embeddings=True`.
+    """
+    config = {
+        "model_type": "sdar",
+        "architectures": ["SDARForCausalLM"],
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "block_size": 4,
+        "mask_token_id": 1,
+        "bos_token_id": 0,
         "eos_token_id": 0,
         "pad_token_id": 0,
     }

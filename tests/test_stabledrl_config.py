@@ -72,6 +72,17 @@ def test_every_new_field_is_documented():
         (dict(eos_tail="hidden"), ["eos_tail", "hidden", "masked"]),
         (dict(completion_end="eot"), ["completion_end", "eot", "tokenizer_eos"]),
         (dict(all_clipped_patience=-1), ["all_clipped_patience", "-1"]),
+        # sampler choice and Dream's sampler
+        (dict(diffusion_sampler="fast"), ["diffusion_sampler", "fast", "'dream'"]),
+        (dict(dream_alg="low_confidence"), ["alg", "low_confidence", "entropy"]),
+        (dict(dream_alg_temp=-1.0), ["alg_temp", "-1.0"]),
+        (dict(dream_alg="origin", dream_alg_temp=0.5), ["alg_temp", "origin"]),
+        (dict(dream_eps=1.5), ["eps", "1.5", "[0, 1)"]),
+        (dict(diffusion_sampler="dream", remasking="random"), ["remasking", "random", "dream_alg"]),
+        (dict(diffusion_sampler="dream", cfg_scale=1.0), ["cfg_scale", "guidance"]),
+        (dict(diffusion_sampler="llada", dream_alg="maskgit_plus"), ["dream_alg", "maskgit_plus", "'dream'"]),
+        (dict(diffusion_sampler="llada", top_p=0.95), ["top_p", "0.95", "LLaDA"]),
+        (dict(diffusion_sampler="llada", top_k=20), ["top_k", "20", "LLaDA"]),
     ],
 )
 def test_bad_values_fail_at_construction(tmp_path, kwargs, words):
@@ -177,3 +188,15 @@ def test_per_token_ratios_with_fresh_random_masks_are_refused_with_the_fix(tmp_p
 def test_meaningful_pairings_are_accepted(tmp_path, kwargs):
     cfg = make(tmp_path, **kwargs)
     assert cfg.mask_seed_mode == kwargs["mask_seed_mode"]
+
+
+def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
+    cfg = make(tmp_path)
+    assert (cfg.diffusion_sampler, cfg.dream_alg, cfg.dream_alg_temp, cfg.dream_eps) == ("auto", "entropy", 0.0, 1e-3)
+    # Dream's sampler has no blocks: LLaDA's block layout constraints do not apply to it ...
+    dream = make(tmp_path, diffusion_sampler="dream", max_completion_length=60, diffusion_steps=7, top_p=0.95)
+    assert dream.diffusion_sampler == "dream"
+    # ... but they do where LLaDA's sampler may run
+    for sampler in ("auto", "llada"):
+        with pytest.raises(ValueError, match="block_length"):
+            make(tmp_path, diffusion_sampler=sampler, max_completion_length=60, diffusion_steps=7)

@@ -527,7 +527,11 @@ def test_fresh_per_token_ratios_are_mask_noise_and_shared_masks_are_not(tmp_path
     for mode in ("fresh", "shared"):
         args = make_args(tmp_path, loss_type="dgpo", mask_seed_mode=mode, allow_noisy_token_ratios=True)
         trainer = StableDRLTrainer(
-            model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+            model=make_llada(),
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=tok,
         )
         with torch.no_grad():
             trainer._mask_stream = (2, 0, 0) if mode == "shared" else (1, 0)
@@ -598,7 +602,11 @@ def test_every_loss_type_trains_under_its_defaults_with_bounded_gradients(tmp_pa
         )
         modes[loss_type] = args.mask_seed_mode
         trainer = StableDRLTrainer(
-            model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+            model=make_llada(),
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=tok,
         )
         before = params_copy(trainer.model)
         trainer.train()
@@ -610,3 +618,55 @@ def test_every_loss_type_trains_under_its_defaults_with_bounded_gradients(tmp_pa
     bound = 100 * max_norms["stable_drl"]
     print("max grad norm per loss type:", {k: round(v, 4) for k, v in max_norms.items()})
     assert all(v <= bound for v in max_norms.values()), max_norms
+
+
+def make_dream(seed=0):
+    """A tiny Dream (Qwen2, bidirectional, shifted logits) on the tiny tokenizer's ids: mask 1, EOS / pad 0."""
+    from stabledrl_trl.models.dream import DreamConfig, DreamModel
+
+    config = DreamConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, mask_token_id=1, eos_token_id=0, pad_token_id=0, bos_token_id=0, rope_theta=1e6,
+    )  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return DreamModel(config)
+
+
+def test_dream_trains_with_dreams_own_sampler(tmp_path, monkeypatch):
+    from stabledrl_trl.diffusion import family as family_module
+
+    seen = []
+    dream_sampler = family_module.SAMPLERS["dream"]
+
+    def spy(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator):
+        out = dream_sampler(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
+        seen.append((args.dream_alg, out.completion_ids.shape))
+        return out
+
+    monkeypatch.setitem(family_module.SAMPLERS, "dream", spy)
+    monkeypatch.setitem(family_module.SAMPLERS, "llada", None)  # would raise if LLaDA's sampler were picked
+    model = make_dream()
+    trainer = StableDRLTrainer(
+        model=model,
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, max_steps=2, top_p=0.95),
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    assert trainer.is_diffusion and trainer._family == "dream"
+    before = params_copy(trainer.model)
+    trainer.train()
+    assert seen and all(alg == "entropy" and shape == (4, 8) for alg, shape in seen)  # Dream's README default
+    assert all(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path):
+    with pytest.raises(ValueError, match="top_p=0.9"):
+        StableDRLTrainer(
+            model=make_llada(),
+            reward_funcs=digit_reward,
+            args=make_args(tmp_path, top_p=0.9),
+            train_dataset=make_dataset(),
+            processing_class=build_tiny_tokenizer(),
+        )

@@ -5,7 +5,10 @@ between model families:
 - "llada": LLaDA (stabledrl_trl.models.llada), logits[:, i] predicts token i;
 - "dream": Dream / DiffuCoder (stabledrl_trl.models.dream), trained from an autoregressive model, so output i-1
   holds the prediction for token i; the adapter shifts it back (see `DiffusionAdapter.__call__`);
-- "masked_lm": any transformers masked LM (BERT, RoBERTa, ModernBERT, ...), logits[:, i] predicts token i.
+- "masked_lm": any transformers masked LM (BERT, RoBERTa, ModernBERT, ...), logits[:, i] predicts token i;
+- "sdar": block diffusion (SDAR, TraDo; stabledrl_trl.models.sdar), block-causal attention, logits[:, i] predicts
+  token i. Its sampler and estimator call the model directly (KV cache, 4-D masks); the adapter's plain call gives
+  its block-causal logits.
 Padding is never attended: a 2D attention mask goes to the model (which hides padded keys only), together with
 position ids that count real tokens only, so a left-padded row gets exactly the logits of the row alone, even for
 absolute position embeddings. The special ids (mask, EOS / end-of-turn, pad) come from the model config or the
@@ -20,9 +23,10 @@ from torch import nn
 
 from stabledrl_trl.models.bidirectional import padding_position_ids
 
-FAMILIES = ("llada", "dream", "masked_lm")
-# Tokens that close a chat turn in common chat templates; generation stops at them as at EOS.
-END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>")
+FAMILIES = ("llada", "dream", "masked_lm", "sdar")
+# Tokens that end a completion besides EOS: chat end-of-turn tokens of common templates, and DiffuCoder's
+# `<|dlm_pad|>` (DiffuCoder cuts its output at the first one). A completion ends at them as at EOS.
+END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|dlm_pad|>")
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -40,7 +44,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def detect_family(model: nn.Module) -> str | None:
-    """'llada', 'dream' or 'masked_lm' from the (unwrapped) model's config and class; None for anything else.
+    """'llada', 'dream', 'sdar' or 'masked_lm' from the (unwrapped) model's config and class; None for anything else.
 
     None covers autoregressive LMs (e.g. LlamaForCausalLM, Qwen2ForCausalLM) and models without an LM head.
     """
@@ -55,6 +59,8 @@ def detect_family(model: nn.Module) -> str | None:
         return "llada"
     if model_type.lower() == "dream":
         return "dream"
+    if model_type == "sdar":
+        return "sdar"
     if getattr(config, "is_encoder_decoder", False):
         return None  # e.g. BART sits in the masked-LM mapping but decodes causally
     try:
@@ -66,7 +72,7 @@ def detect_family(model: nn.Module) -> str | None:
 
 
 def is_diffusion_model(model: nn.Module) -> bool:
-    """True for LLaDA, Dream and transformers masked LMs (see `detect_family`)."""
+    """True for LLaDA, Dream, SDAR and transformers masked LMs (see `detect_family`)."""
     return detect_family(model) is not None
 
 
@@ -183,7 +189,7 @@ def as_diffusion_lm(
     family: detected from the config when None (see `detect_family`).
     mask_token_id: the argument, else the model config's `mask_token_id`, else the tokenizer's mask token.
     eos_token_ids: the argument, else the config's (and generation config's) eos ids plus the tokenizer's EOS and
-        end-of-turn tokens ("<|eot_id|>", "<|im_end|>") when it has them.
+        end-of-turn tokens ("<|eot_id|>", "<|im_end|>", DiffuCoder's "<|dlm_pad|>") when it has them.
     pad_token_id: the argument, else the tokenizer's pad id (it is what pads the batches), else the config's.
     """
     if isinstance(model, DiffusionAdapter):
@@ -195,8 +201,8 @@ def as_diffusion_lm(
         if family is None:
             model_type = getattr(config, "model_type", None)
             raise ValueError(
-                f"{type(inner).__name__} (model_type={model_type!r}) is not a masked diffusion LM (LLaDA, Dream or a "
-                f"masked LM). Load a diffusion model, or pass family= one of {FAMILIES} if it is one."
+                f"{type(inner).__name__} (model_type={model_type!r}) is not a masked diffusion LM (LLaDA, Dream, SDAR "
+                f"or a masked LM). Load a diffusion model, or pass family= one of {FAMILIES} if it is one."
             )
     elif family not in FAMILIES:
         raise ValueError(f"family={family!r} is not one of {FAMILIES}.")

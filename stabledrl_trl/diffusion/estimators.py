@@ -58,6 +58,8 @@ from stabledrl_trl.diffusion.masking import (
 )
 
 LogitsFn = Callable[[Tensor, Tensor], Tensor]  # (input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V)
+# A logits_fn with attribute `two_copy = True` (stabledrl_trl.diffusion.block_estimators.StaircaseLogits) is given
+# (N, 2L) rows [masked copy || clean copy] and their (N, 2L) attention mask; the masked copy's logits are scored.
 
 
 @dataclass
@@ -148,7 +150,9 @@ def _chunk_logps(logits_fn: LogitsFn, input_ids: Tensor, attention_mask: Tensor,
             f"logits_fn must return logits of shape (N, L, V) = ({n}, {L}, V) aligned with input positions, got "
             f"{tuple(logits.shape)}"
         )
-    logits = logits[:, prompt_len:].float()  # (n, C, V); float32 for a stable softmax whatever the model dtype
+    C = targets.shape[1]
+    # (n, C, V) at the (first copy's) completion positions; float32 for a stable softmax whatever the model dtype
+    logits = logits[:, prompt_len : prompt_len + C].float()
     log_z = torch.logsumexp(logits, dim=-1)  # (n, C)
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - log_z  # (n, C)
     with torch.no_grad():
@@ -225,6 +229,11 @@ def _estimate(
         tail = context_mask.bool() & ~real  # (B, C) attended, unscored positions
         masks.completion = masks.completion | tail[:, None, :]
     input_ids, attention = _masked_inputs(prompt_ids, prompt_mask, completion_ids, attended, masks, mask_token_id)
+    if getattr(logits_fn, "two_copy", False):
+        # [noisy || clean]: the clean copy of each row follows its masked copy (block-diffusion "staircase" layout)
+        clean = torch.cat([prompt_ids, completion_ids], dim=-1)[:, None, :].expand(B, K, -1).reshape(B * K, -1)
+        input_ids = torch.cat([input_ids, clean], dim=-1)  # (B*K, 2(P+C))
+        attention = torch.cat([attention, attention], dim=-1)
     # padding may hold any id; gather a valid one there (its weight is 0)
     targets = torch.where(real, completion_ids, torch.zeros_like(completion_ids))  # (B, C)
     targets = targets[:, None, :].expand(B, K, C).reshape(B * K, C)

@@ -14,8 +14,14 @@ policy (with gradient) -> the objective in `objectives.py` -> `aggregate_loss`.
 Families registered here:
 - "llada", "masked_lm": full bidirectional attention. LLaDA's semi-autoregressive sampler
   (`diffusion/sampler.py`) and the estimators of `diffusion/estimators.py` on the rollout's fixed canvas.
-- "dream": the same interface; Dream's logits are realigned by the adapter.
+- "dream": Dream's own sampler (`diffusion/dream_sampler.py`: global schedule, entropy / maskgit_plus /
+  topk_margin / origin ranking) and the full-attention estimators; Dream's logits are realigned by the adapter.
+- "sdar": block diffusion (SDAR, TraDo), block-causal attention. SDAR's block sampler with an exact KV cache
+  (`diffusion/block_sampler.py`) and one-pass staircase estimates (`diffusion/block_estimators.py`) with the same
+  masks and estimator forms as the full-attention family.
 Autoregressive models have no family: the trainer keeps TRL's generation and exact log-probabilities.
+`StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
+sampler of `SAMPLERS`; `check` rejects settings that sampler would ignore.
 
 Adding a family: subclass `DiffusionFamily`, implement `generate` and `estimate` (and `estimator_passes` if its
 cost differs), register an instance in `FAMILIES` under the name `diffusion.adapter.detect_family` returns.
@@ -26,16 +32,76 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .adapter import DiffusionAdapter
+from .adapter import DiffusionAdapter, unwrap_model
+from .block_estimators import staircase_estimate
+from .block_sampler import block_generate
+from .dream_sampler import generate as dream_generate
 from .estimators import LikelihoodEstimate, estimate_likelihood, estimator_cost
 from .sampler import SamplerOutput
 from .sampler import generate as llada_generate
+
+
+def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
+    """LLaDA's semi-autoregressive sampler (`diffusion/sampler.py`) with the config's settings."""
+    return llada_generate(
+        adapter,
+        prompt_ids,
+        prompt_mask,
+        mask_token_id=adapter.mask_token_id,
+        gen_length=args.max_completion_length,
+        block_length=args.block_length,
+        steps=args.diffusion_steps,
+        temperature=args.temperature,
+        remasking=args.remasking,
+        cfg_scale=args.cfg_scale,
+        eos_token_ids=tuple(eos_token_ids),
+        generator=generator,
+    )
+
+
+def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
+    """Dream's sampler (`diffusion/dream_sampler.py`); GRPOConfig's top_p = 1 and top_k = 0 mean no filtering."""
+    return dream_generate(
+        adapter,
+        prompt_ids,
+        prompt_mask,
+        mask_token_id=adapter.mask_token_id,
+        gen_length=args.max_completion_length,
+        steps=args.diffusion_steps,
+        alg=args.dream_alg,
+        alg_temp=args.dream_alg_temp,
+        eps=args.dream_eps,
+        temperature=args.temperature,
+        top_p=args.top_p if args.top_p < 1 else None,
+        top_k=args.top_k if args.top_k else None,
+        eos_token_ids=tuple(eos_token_ids),
+        generator=generator,
+    )
+
+
+# Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects.
+SAMPLERS = {"llada": _llada_rollouts, "dream": _dream_rollouts}
 
 
 class DiffusionFamily:
     """Interface of a model family; see the module docstring."""
 
     name: str = "base"
+    # The family's own rollout sampler (a key of SAMPLERS), used when args.diffusion_sampler is "auto".
+    default_sampler: str | None = None
+
+    def sampler_name(self, args) -> str:
+        """The rollout sampler under `args`: `args.diffusion_sampler`, or the family's own for "auto"."""
+        choice = getattr(args, "diffusion_sampler", "auto")
+        return self.default_sampler if choice == "auto" else choice
+
+    def check(self, args, model) -> None:
+        """Raise a ValueError naming the field and the fix when `args` cannot drive this family's `model`, or sets
+        what its rollouts would ignore (e.g. top_p with LLaDA's sampler); the trainer calls it once, at construction."""
+        from ..stabledrl_config import check_sampler_settings
+
+        if self.default_sampler is not None:
+            check_sampler_settings(args, self.sampler_name(args))
 
     def generate(
         self,
@@ -47,8 +113,14 @@ class DiffusionFamily:
         eos_token_ids: tuple[int, ...],
         generator: torch.Generator,
     ) -> SamplerOutput:
-        """prompt_ids, prompt_mask (B, P) left-padded -> SamplerOutput with completion_ids / completion_mask (B, C)."""
-        raise NotImplementedError
+        """prompt_ids, prompt_mask (B, P) left-padded -> SamplerOutput with completion_ids / completion_mask (B, C).
+
+        The default runs the sampler `sampler_name(args)` selects; families with their own decoding override it.
+        """
+        if self.default_sampler is None:
+            raise NotImplementedError
+        sampler = SAMPLERS[self.sampler_name(args)]
+        return sampler(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
 
     def estimate(
         self,
@@ -86,22 +158,7 @@ class MaskedDiffusionFamily(DiffusionFamily):
     """Full-attention masked diffusion LMs (LLaDA, masked LMs): LLaDA's sampler, canvas-based estimators."""
 
     name = "llada"
-
-    def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
-        return llada_generate(
-            adapter,
-            prompt_ids,
-            prompt_mask,
-            mask_token_id=adapter.mask_token_id,
-            gen_length=args.max_completion_length,
-            block_length=args.block_length,
-            steps=args.diffusion_steps,
-            temperature=args.temperature,
-            remasking=args.remasking,
-            cfg_scale=args.cfg_scale,
-            eos_token_ids=tuple(eos_token_ids),
-            generator=generator,
-        )
+    default_sampler = "llada"
 
     def estimate(
         self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
@@ -140,9 +197,11 @@ class MaskedDiffusionFamily(DiffusionFamily):
 
 
 class DreamFamily(MaskedDiffusionFamily):
-    """Dream / DiffuCoder: full attention, logits shifted by one (the adapter realigns them)."""
+    """Dream / DiffuCoder: full attention, logits shifted by one (the adapter realigns them); rollouts use Dream's
+    own sampler by default (`diffusion_sampler="llada"` selects LLaDA's), likelihoods the full-attention estimators."""
 
     name = "dream"
+    default_sampler = "dream"
 
 
 class MaskedLMFamily(MaskedDiffusionFamily):
@@ -151,10 +210,86 @@ class MaskedLMFamily(MaskedDiffusionFamily):
     name = "masked_lm"
 
 
+class BlockDiffusionFamily(DiffusionFamily):
+    """Block diffusion (SDAR, TraDo): SDAR's cached block sampler and staircase likelihood estimates.
+
+    The block size is the model's `config.block_size`. Rollouts: `max_completion_length` new tokens,
+    `block_denoising_steps` steps per block (None = block size), `block_remasking`, `block_confidence_threshold`,
+    `temperature`, `top_k`, `top_p`. A completion ends at its first EOS; nothing after it is part of the estimate
+    (block-causal attention: later blocks never influence earlier ones, and the rest of the EOS block is not kept by
+    TRL).
+    """
+
+    name = "sdar"
+
+    @staticmethod
+    def block_size(adapter_or_model) -> int:
+        model = adapter_or_model.model if isinstance(adapter_or_model, DiffusionAdapter) else adapter_or_model
+        return int(unwrap_model(model).config.block_size)
+
+    def check(self, args, model) -> None:
+        super().check(args, model)
+        if args.eos_tail == "masked":
+            raise ValueError(
+                "eos_tail='masked' shows a full-attention canvas's tail after the first EOS as mask tokens; a "
+                "block-diffusion estimate has no such tail (block-causal attention: nothing after the EOS reaches the "
+                "scored tokens). Leave eos_tail='visible' for SDAR / TraDo."
+            )
+        block = self.block_size(model)
+        steps = args.block_denoising_steps
+        if steps is not None and steps > block:
+            raise ValueError(
+                f"block_denoising_steps={steps} exceeds the model's block size {block}: every step reveals at least "
+                f"one token; use block_denoising_steps <= {block} or None (= {block})."
+            )
+
+    def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+        out = block_generate(
+            adapter.model,
+            prompt_ids,
+            prompt_mask,
+            mask_token_id=adapter.mask_token_id,
+            eos_token_ids=tuple(eos_token_ids),
+            pad_token_id=adapter.pad_token_id,
+            block_size=self.block_size(adapter),
+            gen_length=args.max_completion_length,
+            denoising_steps=args.block_denoising_steps,
+            temperature=args.temperature,
+            top_k=args.top_k or 0,
+            top_p=1.0 if args.top_p is None else args.top_p,
+            remasking=args.block_remasking,
+            confidence_threshold=args.block_confidence_threshold,
+            generator=generator,
+        )
+        return SamplerOutput(out.completion_ids, out.completion_mask)
+
+    def estimate(
+        self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
+    ):
+        name = args.likelihood_estimator
+        return staircase_estimate(
+            name,
+            adapter.model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            block_size=self.block_size(adapter),
+            mask_token_id=adapter.mask_token_id,
+            seed=seeds,
+            num_samples=self.num_mc_samples(args),
+            p_mask_prompt=args.p_mask_prompt,
+            chunk_size=args.estimator_chunk_size,
+            eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
+            estimator_block_size=args.estimator_block_size if name == "block_random" else None,
+        )
+
+
 FAMILIES: dict[str, DiffusionFamily] = {
     "llada": MaskedDiffusionFamily(),
     "dream": DreamFamily(),
     "masked_lm": MaskedLMFamily(),
+    "sdar": BlockDiffusionFamily(),
 }
 
 

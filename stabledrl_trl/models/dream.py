@@ -20,19 +20,23 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, Qwen2Model, Qwen2PreTrainedModel
 
 from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
+from .original_format import config_json_string, copy_remote_code, publishable_auto_map
 
 
 class DreamConfig(Qwen2Config):
     """A `Qwen2Config` with model_type "Dream" and the diffusion `mask_token_id` (151666 on the hub checkpoints).
 
-    `to_dict` (hence `save_pretrained`) drops the hub config's `auto_map`: the saved folder holds no remote code.
+    `to_dict` (hence `save_pretrained`) writes Dream's own config.json: `rope_theta` and `rope_scaling` (Dream's code
+    was written for transformers 4 and reads no `rope_parameters`: without `rope_theta` it would fall back to 1e4),
+    `torch_dtype`, and the checkpoint's `auto_map` (see `models.original_format`; never used by this package).
     """
 
     model_type = "Dream"
     mask_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
-        kwargs.pop("auto_map", None)  # points at remote code this class replaces
+        # Kept for saving only: the registered native class always takes precedence over this remote code.
+        self.auto_map = kwargs.pop("auto_map", None)
         super().__post_init__(**kwargs)
         if "sliding_attention" in self.layer_types:
             raise ValueError(
@@ -43,6 +47,26 @@ class DreamConfig(Qwen2Config):
             raise ValueError(
                 f"Dream config mask_token_id={self.mask_token_id} is outside the vocabulary [0, {self.vocab_size})."
             )
+
+    def to_dict(self) -> dict:
+        """Serialise with Dream's (transformers 4 Qwen2) keys: rope_theta / rope_scaling and auto_map."""
+        output = super().to_dict()
+        rope = dict(output.pop("rope_parameters", None) or {})
+        output["rope_theta"] = rope.pop("rope_theta", self.default_theta)
+        rope_type = rope.get("rope_type", "default")
+        # transformers 4 reads "type" (older checkpoints) or "rope_type"
+        output["rope_scaling"] = (
+            None if rope_type == "default" else {**rope, "type": rope_type, "rope_type": rope_type}
+        )
+        output.pop("layer_types", None)  # implied by use_sliding_window / max_window_layers in Dream's config
+        auto_map = publishable_auto_map(output.pop("auto_map", None), getattr(self, "_name_or_path", None))
+        if auto_map:
+            output["auto_map"] = auto_map
+        return output
+
+    def to_json_string(self, use_diff: bool = True) -> str:
+        """config.json's text: `to_dict`'s keys plus `torch_dtype` (see `original_format.config_json_string`)."""
+        return config_json_string(self, use_diff)
 
 
 class DreamBaseModel(Qwen2Model):
@@ -95,7 +119,7 @@ class DreamModel(Qwen2ForCausalLM):
 
     The class name is the one Dream's hub checkpoints list under `architectures`; it is registered for AutoModel
     (what Dream's own instructions load) and AutoModelForCausalLM. `save_pretrained` writes Qwen2 weight names, which
-    are Dream's own.
+    are Dream's own, and Dream's config.json (see `DreamConfig`): the folder loads with Dream's code too.
     """
 
     config_class = DreamConfig
@@ -108,6 +132,19 @@ class DreamModel(Qwen2ForCausalLM):
         self.vocab_size = config.vocab_size
         self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus what Dream's own code (`trust_remote_code=True`) needs to load the
+        folder: `mask_token_id` in generation_config.json and the source folder's remote code files that `auto_map`
+        names."""
+        generation_config = getattr(self, "generation_config", None)
+        if generation_config is not None and getattr(generation_config, "mask_token_id", None) is None:
+            # Dream's own generation config reads its mask token from generation_config.json (default None).
+            generation_config.mask_token_id = self.config.mask_token_id
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            copy_remote_code(self.config.auto_map, getattr(self.config, "_name_or_path", None), str(save_directory))
+        return result
 
     def generate(self, *args, **kwargs):
         raise NotImplementedError(

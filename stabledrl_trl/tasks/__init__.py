@@ -8,6 +8,14 @@
 Every task asks for `<reasoning>...</reasoning><answer>...</answer>` (see `common`), has a correctness reward
 (1.0 / 0.0) first in `reward_funcs` and a format reward (at most 0.5); Sudoku adds a partial-credit reward. Each
 module's docstring states its exact grading rules.
+
+Official style: GSM8K, MATH, Countdown and Sudoku can also be posed and graded as the official StableDRL code does:
+
+    train = load_task_dataset("math", "train", prompt_style="official")     # official prompt wording
+    reward_funcs = get_task("math").reward_funcs_for("official")            # [math_official_reward, anti_short_boxed_reward]
+
+The official reward of a completion is the task's official score plus the anti-short-boxed term (0 / 1), which TRL
+forms by summing the two reward functions (default weights 1).
 """
 
 from __future__ import annotations
@@ -16,7 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import countdown, gsm8k, math, sudoku
-from .common import completion_to_text, extract_final_answer, has_answer_format, last_boxed
+from .common import (
+    PROMPT_STYLES,
+    anti_short_boxed_reward,
+    completion_to_text,
+    extract_final_answer,
+    has_answer_format,
+    last_boxed,
+)
+
+REWARD_STYLES = PROMPT_STYLES  # "tagged": the tasks' own rewards; "official": the official StableDRL grading
 
 
 @dataclass(frozen=True)
@@ -24,16 +41,41 @@ class TaskSpec:
     """What a training or evaluation script needs to know about a task."""
 
     name: str
-    loader: Callable[..., object]  # (split, *, path, data_files, num_samples, system_prompt, seed) -> datasets.Dataset
+    # (split, *, path, data_files, num_samples, system_prompt, seed, prompt_style) -> datasets.Dataset
+    loader: Callable[..., object]
     reward_funcs: tuple[Callable, ...]  # TRL reward functions; the correctness reward first
     system_prompt: str  # default instructions placed before the question in the user message
     extract_answer: Callable[[str], str | None]  # completion text -> the answer string the correctness reward grades
     format_example: Callable[..., dict]  # (row, system_prompt=...) -> formatted row
     description: str = ""
+    official_reward: Callable | None = None  # the official StableDRL grading of the task (None: it has none)
 
     @property
     def correctness_reward(self) -> Callable:
         return self.reward_funcs[0]
+
+    @property
+    def prompt_styles(self) -> tuple[str, ...]:
+        """The prompt (and reward) styles this task has: ("tagged",) or ("tagged", "official")."""
+        return PROMPT_STYLES if self.official_reward is not None else ("tagged",)
+
+    def reward_funcs_for(self, style: str = "tagged", *, anti_short_boxed: bool | None = None) -> list[Callable]:
+        """The reward functions of a reward style, for `GRPOTrainer(reward_funcs=...)`.
+
+        "tagged": `reward_funcs`. "official": [`official_reward`]. `anti_short_boxed` appends
+        `anti_short_boxed_reward` (None: on for "official", off for "tagged"), which TRL adds to the others.
+        """
+        if style not in PROMPT_STYLES:
+            raise ValueError(f"reward_style: expected one of {', '.join(PROMPT_STYLES)}, got {style!r}")
+        if style not in self.prompt_styles:
+            raise ValueError(
+                f"reward_style: task {self.name!r} has no official StableDRL grading; use reward_style 'tagged' "
+                f"(official grading exists for {', '.join(n for n, t in TASKS.items() if t.official_reward)})"
+            )
+        funcs = list(self.reward_funcs) if style == "tagged" else [self.official_reward]
+        if anti_short_boxed if anti_short_boxed is not None else style == "official":
+            funcs.append(anti_short_boxed_reward)
+        return funcs
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -45,6 +87,7 @@ TASKS: dict[str, TaskSpec] = {
         extract_answer=extract_final_answer,
         format_example=gsm8k.format_example,
         description="grade-school math word problems (openai/gsm8k), numeric answers",
+        official_reward=gsm8k.gsm8k_official_reward,
     ),
     "math": TaskSpec(
         name="math",
@@ -54,6 +97,7 @@ TASKS: dict[str, TaskSpec] = {
         extract_answer=extract_final_answer,
         format_example=math.format_example,
         description="competition math (MATH-lighteval train, MATH-500 test), answers checked by math-verify",
+        official_reward=math.math_official_reward,
     ),
     "countdown": TaskSpec(
         name="countdown",
@@ -63,6 +107,7 @@ TASKS: dict[str, TaskSpec] = {
         extract_answer=extract_final_answer,
         format_example=countdown.format_example,
         description="reach a target with + - * / using each given number exactly once",
+        official_reward=countdown.countdown_official_reward,
     ),
     "sudoku": TaskSpec(
         name="sudoku",
@@ -76,6 +121,7 @@ TASKS: dict[str, TaskSpec] = {
         extract_answer=extract_final_answer,
         format_example=sudoku.format_example,
         description="4x4 Sudoku (local files or generated puzzles with unique solutions)",
+        official_reward=sudoku.sudoku_official_reward,
     ),
 }
 
@@ -97,22 +143,34 @@ def load_task_dataset(
     num_samples: int | None = None,
     system_prompt: str | None = None,
     seed: int = 0,
+    prompt_style: str = "tagged",
 ):
     """A `datasets.Dataset` for `task` with a conversational "prompt" column and the columns its rewards need.
 
     path: hub id, local dataset folder or data file (default: the task's hub set; Sudoku: generated puzzles).
     data_files: local file(s) read with the builder of their extension (csv, json, jsonl, parquet).
     num_samples: keep this many rows after a shuffle seeded by `seed` (all rows when None).
-    system_prompt: instructions placed before each question (None: the task's default; "" for none).
+    system_prompt: instructions placed before each question (None: the task's default; "" for none). Tagged only.
+    prompt_style: "tagged" (the tasks' reasoning/answer format) or "official" (the official StableDRL wording; see
+        each task module's docstring).
     """
     return get_task(task).loader(
-        split, path=path, data_files=data_files, num_samples=num_samples, system_prompt=system_prompt, seed=seed
+        split,
+        path=path,
+        data_files=data_files,
+        num_samples=num_samples,
+        system_prompt=system_prompt,
+        seed=seed,
+        prompt_style=prompt_style,
     )
 
 
 __all__ = [
+    "PROMPT_STYLES",
+    "REWARD_STYLES",
     "TASKS",
     "TaskSpec",
+    "anti_short_boxed_reward",
     "completion_to_text",
     "extract_final_answer",
     "get_task",

@@ -21,6 +21,12 @@ Format rewards (all tasks, at most 0.5): `FORMAT_STRUCTURE_SCORE` (0.25) when `h
 Rewards follow TRL's protocol `reward(prompts, completions, **kwargs) -> list[float | None]`: completions are strings
 or lists of chat messages; kwargs carry the dataset's other columns as lists. A row whose gold column is None gets
 None (TRL then ignores that reward for the row, as for a row of another task in a mixed dataset).
+
+Prompt styles (`PROMPT_STYLES`). "tagged" (the default) is the format above. "official" poses each task as the
+official StableDRL code does (one user message, no instruction block before the question; each task module states
+its exact wording) and comes with that code's grading as `<task>_official_reward`, plus `anti_short_boxed_reward`,
+the term the official code adds to every task's reward (see its docstring). `official_last_answer` is the official
+code's answer-tag reading.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ ANSWER_FORMAT_INSTRUCTIONS = (
     "inside <answer> </answer> tags, exactly in this layout:\n"
     "<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
 )
+
+PROMPT_STYLES = ("tagged", "official")
 
 # File extensions of local data files and the `datasets` builder that reads them.
 _BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
@@ -194,6 +202,101 @@ def has_answer_format(text: str) -> bool:
     return bool(text[answer_start + len(ANSWER_OPEN) : -len(ANSWER_CLOSE)].strip())
 
 
+def official_last_answer(text: str) -> str | None:
+    """Stripped content of the last `<answer>...</answer>` match as the official code reads it, or None.
+
+    The official code takes the last of the non-overlapping, shortest matches scanned left to right: each match runs
+    from an `<answer>` to the first `</answer>` after it, and the scan resumes after that close tag. This differs
+    from `extract_tag` when tags nest: "<answer>1<answer>2</answer>" gives "1<answer>2" here, "2" there.
+    Plain string search, linear in the text length.
+    """
+    last, i = None, 0
+    while True:
+        start = text.find(ANSWER_OPEN, i)
+        if start < 0:
+            return last
+        end = text.find(ANSWER_CLOSE, start + len(ANSWER_OPEN))
+        if end < 0:
+            return last
+        last = text[start + len(ANSWER_OPEN) : end].strip()
+        i = end + len(ANSWER_CLOSE)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the official anti-short-boxed term
+
+ANTI_SHORT_MIN_CHARS = 200  # completions with this many non-space characters always score 1
+ANTI_SHORT_MAX_UNBOXED_SHARE = 0.85  # ... shorter ones score 0 when under this share of them lies outside boxes
+_BOX_OPEN = "\\boxed{"
+_CLOSING_PUNCTUATION = ".?!'\"\u201c\u201d\u2019"
+
+
+def _count_non_space(text: str) -> int:
+    return sum(1 for char in text if not char.isspace())
+
+
+def _skip(text: str, i: int, allowed) -> int:
+    while i < len(text) and allowed(text[i]):
+        i += 1
+    return i
+
+
+def _is_lone_box(text: str) -> bool:
+    """`text` (stripped) is one `\\boxed{...}` without "}" inside, with only whitespace and "$" around it and
+    optional closing punctuation after it (the official rule, checked by a linear scan instead of a regex)."""
+    i = _skip(text, 0, lambda c: c.isspace() or c == "$")
+    if not text.startswith(_BOX_OPEN, i):
+        return False
+    close = text.find("}", i + len(_BOX_OPEN))
+    if close < 0:
+        return False
+    i = _skip(text, close + 1, lambda c: c.isspace() or c == "$")
+    i = _skip(text, i, lambda c: c in _CLOSING_PUNCTUATION)
+    return _skip(text, i, str.isspace) == len(text)
+
+
+def _cut_boxes(text: str) -> str:
+    """`text` without its `\\boxed{` ... first following `}` spans (non-overlapping, left to right)."""
+    pieces, i = [], 0
+    while True:
+        start = text.find(_BOX_OPEN, i)
+        close = -1 if start < 0 else text.find("}", start + len(_BOX_OPEN))
+        if close < 0:
+            pieces.append(text[i:])
+            return "".join(pieces)
+        pieces.append(text[i:start])
+        i = close + 1
+
+
+def is_short_boxed(text: str) -> bool:
+    """True when a completion is short (under 200 non-space characters) and mostly a `\\boxed{}` answer.
+
+    The official rule, on the stripped text with n = its number of non-whitespace characters:
+      short-boxed  <=>  n < 200  and  (the text is a lone box  or  u / (n + 1e-6) < 0.85),
+    where "a lone box" is `\\boxed{...}` (no "}" inside) with only whitespace and "$" around it and optional
+    closing punctuation (. ? ! ' " and curly quotes) after it, and u counts the non-whitespace characters left when
+    every `\\boxed{` ... first following `}` span is cut out (a nested group ends the span early; an unclosed box
+    is not cut). So an empty completion is short-boxed (u = n = 0), a short completion without a box is not (u = n).
+    Whitespace is `str.isspace` (the same set as the regex class `\\s`). Linear in the text length.
+    """
+    text = text.strip()
+    total = _count_non_space(text)
+    if total >= ANTI_SHORT_MIN_CHARS:
+        return False
+    if _is_lone_box(text):
+        return True
+    return _count_non_space(_cut_boxes(text)) / (total + 1e-6) < ANTI_SHORT_MAX_UNBOXED_SHARE
+
+
+def anti_short_boxed_reward(prompts, completions, **kwargs) -> list[float]:
+    """The official StableDRL term added to every task's reward: 0.0 for a short, mostly-boxed completion, else 1.0.
+
+    See `is_short_boxed` for the rule. The official code adds it to the task's reward with weight 1; TRL does the
+    same when this function is one of `reward_funcs` (default `reward_weights`: all 1, rewards summed).
+    """
+    return [0.0 if is_short_boxed(completion_to_text(c)) else 1.0 for c in completions]
+
+
 def format_score(text: str, answer_is_well_formed: Callable[[str], bool]) -> float:
     """0.25 for the reasoning/answer layout plus 0.25 when the answer content passes the task's check."""
     score = FORMAT_STRUCTURE_SCORE if has_answer_format(text) else 0.0
@@ -237,6 +340,34 @@ def user_prompt(content: str, system_prompt: str | None) -> list[dict[str, str]]
     if system_prompt:
         content = f"{system_prompt}\n\n{content}"
     return [{"role": "user", "content": content}]
+
+
+def choose_format(
+    task: str,
+    prompt_style: str,
+    system_prompt: str | None,
+    tagged: Callable[..., dict],
+    official: Callable[..., dict] | None,
+    default_system_prompt: str,
+) -> tuple[Callable[..., dict], str]:
+    """(row formatter, instructions) for a loader: the tagged formatter with the task's or the given instructions,
+    or the official formatter (its own wording, no instructions). Raises for an unknown style, an official style
+    the task does not have, or instructions given with the official style."""
+    if prompt_style == "tagged":
+        return tagged, default_system_prompt if system_prompt is None else system_prompt
+    if prompt_style != "official":
+        raise ValueError(f"prompt_style: expected one of {', '.join(PROMPT_STYLES)}, got {prompt_style!r}")
+    if official is None:
+        raise ValueError(
+            f"prompt_style: task {task!r} has no official StableDRL form; use prompt_style 'tagged' (official forms "
+            "exist for gsm8k, math, countdown and sudoku)"
+        )
+    if system_prompt:
+        raise ValueError(
+            f"system_prompt: got {system_prompt!r:.60} with prompt_style 'official', whose prompts carry their own "
+            "wording; leave system_prompt unset or use prompt_style 'tagged'"
+        )
+    return official, ""
 
 
 def _builder_for(files: Any) -> str:

@@ -23,7 +23,15 @@ from __future__ import annotations
 import itertools
 import random
 
-from .common import completion_to_text, format_dataset, load_rows, reward_column, take_samples, user_prompt
+from .common import (
+    choose_format,
+    completion_to_text,
+    format_dataset,
+    load_rows,
+    reward_column,
+    take_samples,
+    user_prompt,
+)
 
 NUM_DIGITS = 4
 SPLIT_SEED = 1234
@@ -104,6 +112,7 @@ def load_digit_sort(
     num_samples: int | None = None,
     system_prompt: str | None = None,
     seed: int = 0,
+    prompt_style: str = "tagged",
 ):
     """Digit sorting as a conversational dataset with columns `prompt`, `digits` and `answer`.
 
@@ -112,6 +121,9 @@ def load_digit_sort(
     """
     from datasets import Dataset
 
+    formatter, instructions = choose_format(
+        "digit_sort", prompt_style, system_prompt, format_example, None, SYSTEM_PROMPT
+    )
     if path is None and data_files is None:
         rows = Dataset.from_dict({"digits": split_digit_strings(split)})
     else:
@@ -119,7 +131,7 @@ def load_digit_sort(
         if "digits" not in rows.column_names:
             raise ValueError(f"digit_sort: the data needs a 'digits' column, got columns {rows.column_names}")
     rows = take_samples(rows, num_samples, seed)
-    return format_dataset(rows, format_example, SYSTEM_PROMPT if system_prompt is None else system_prompt)
+    return format_dataset(rows, formatter, instructions)
 
 
 def _register() -> None:

@@ -14,6 +14,12 @@ Gold and prediction are compared exactly as fractions, so "72", "72.0", "$72", "
 
 Format reward (`gsm8k_format_reward`, at most 0.5): 0.25 for the <reasoning>/<answer> layout, plus 0.25 when the
 answer parses as a single number by the rule above.
+
+Official style (`prompt_style="official"`, as the official StableDRL code poses and grades GSM8K): the question as
+is, followed with no space by `math.OFFICIAL_BOXED_REQUEST`; columns `prompt` and `answer` (the text after the last
+"####"); reward `gsm8k_official_reward`, +1.0 when math-verify with its default settings finds that answer in the
+whole completion, else -1.0 (the rule of `math.official_math_score`: several boxes score -1, an untagged, unboxed
+"the answer is 72" can score +1).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from fractions import Fraction
 
 from .common import (
     ANSWER_FORMAT_INSTRUCTIONS,
+    choose_format,
     completion_to_text,
     extract_final_answer,
     format_dataset,
@@ -32,6 +39,7 @@ from .common import (
     take_samples,
     user_prompt,
 )
+from .math import OFFICIAL_BOXED_REQUEST, official_math_score
 
 DEFAULT_PATH = "openai/gsm8k"
 DEFAULT_CONFIG = "main"
@@ -82,6 +90,20 @@ def gsm8k_format_reward(prompts, completions, **kwargs) -> list[float]:
     return [format_score(completion_to_text(c), lambda answer: parse_number(answer) is not None) for c in completions]
 
 
+def gsm8k_official_reward(prompts, completions, **kwargs) -> list[float | None]:
+    """The official GSM8K grading: +1.0 / -1.0 by math-verify on the whole completion (None: no gold)."""
+    golds = reward_column(kwargs, "answer", len(completions), "gsm8k_official_reward")
+    return [
+        None if gold is None else official_math_score(completion_to_text(completion), gsm8k_gold(str(gold)))
+        for completion, gold in zip(completions, golds)
+    ]
+
+
+def format_example_official(row: dict, system_prompt: str = "") -> dict:
+    """A GSM8K row -> {"prompt": [question + OFFICIAL_BOXED_REQUEST], "answer": final answer string}."""
+    return {"prompt": user_prompt(row["question"] + OFFICIAL_BOXED_REQUEST, None), "answer": gsm8k_gold(row["answer"])}
+
+
 def format_example(row: dict, system_prompt: str = SYSTEM_PROMPT) -> dict:
     """A GSM8K row -> {"prompt": [user message], "answer": final number string}."""
     return {"prompt": user_prompt(row["question"].strip(), system_prompt), "answer": gsm8k_gold(row["answer"])}
@@ -95,10 +117,14 @@ def load_gsm8k(
     num_samples: int | None = None,
     system_prompt: str | None = None,
     seed: int = 0,
+    prompt_style: str = "tagged",
 ):
     """GSM8K as a conversational dataset with columns `prompt` and `answer`."""
+    formatter, instructions = choose_format(
+        "gsm8k", prompt_style, system_prompt, format_example, format_example_official, SYSTEM_PROMPT
+    )
     if path is None and data_files is None:
         path = DEFAULT_PATH
     rows = load_rows(split, path=path, config=DEFAULT_CONFIG if path == DEFAULT_PATH else None, data_files=data_files)
     rows = take_samples(rows, num_samples, seed)
-    return format_dataset(rows, format_example, SYSTEM_PROMPT if system_prompt is None else system_prompt)
+    return format_dataset(rows, formatter, instructions)

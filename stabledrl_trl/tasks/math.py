@@ -16,6 +16,21 @@ main thread only; in other threads the length cap is the only bound); any except
 
 Format reward (`math_format_reward`, at most 0.5): 0.25 for the <reasoning>/<answer> layout, plus 0.25 when the
 <answer> content holds a closed, non-empty \\boxed{...}.
+
+Official style (`prompt_style="official"`, as the official StableDRL code poses and grades MATH and GSM8K):
+  - prompt: the problem text as is, followed with no space by `OFFICIAL_BOXED_REQUEST`, one user message, no
+    instructions before it. The request is written with doubled backslashes ("\\\\boxed{}"), as the official code
+    writes it in a raw string, so the model sees two backslash characters before each "boxed".
+  - columns: `prompt`, `answer` (as in the tagged style) and `solution` (the whole worked solution, None if absent).
+  - reward (`math_official_reward`, +1.0 / -1.0): +1 when math-verify with its default settings (`parse` with LaTeX
+    and plain-expression extraction, boxed answers first, then "answer is" phrases, then any expression or number;
+    `verify(gold, prediction)`; 5-second time limits) finds the gold in the WHOLE completion, else -1 (also on any
+    parser error or time-out). The gold is the whole `solution` (math-verify reads its box), else `answer`. Several
+    boxed answers in a completion parse as a set and score -1 against a single gold.
+  - unlike the tagged reward, this one hands model text to math-verify's plain-expression mode. That mode only ever
+    sees digits, operators, parentheses, dots and spaces (its extraction regex), which sympy parses unevaluated, so
+    no code runs, but comparing a huge power can take until the time limit. The limits use `signal.alarm`, so the
+    official maths rewards refuse to run outside the main thread (TRL calls reward functions from the main thread).
 """
 
 from __future__ import annotations
@@ -28,6 +43,7 @@ from .common import (
     FORMAT_ANSWER_SCORE,
     FORMAT_STRUCTURE_SCORE,
     boxed_contents,
+    choose_format,
     completion_to_text,
     extract_final_answer,
     extract_tag,
@@ -43,6 +59,10 @@ from .common import (
 DEFAULT_TRAIN_PATH = "DigitalLearningGmbH/MATH-lighteval"
 DEFAULT_TEST_PATH = "HuggingFaceH4/MATH-500"
 SYSTEM_PROMPT = ANSWER_FORMAT_INSTRUCTIONS + "\nInside the answer tags, write the final answer as \\boxed{...}."
+
+# Appended to the problem by the official prompts; two backslash characters before each "boxed", as the model sees it.
+OFFICIAL_BOXED_REQUEST = r"(Please put the final answer in \\boxed{} tag, i.e. $\\boxed{answer here}$)"
+OFFICIAL_TIMEOUT_S = 5  # math-verify's parse and verify time limits in the official grading
 
 MAX_ANSWER_CHARS = 512
 PARSE_TIMEOUT_S = 2
@@ -137,6 +157,50 @@ def math_format_reward(prompts, completions, **kwargs) -> list[float]:
     return rewards
 
 
+def official_math_score(completion: str, gold: str) -> float:
+    """+1.0 when math-verify (default settings) finds `gold` in the whole `completion`, else -1.0 (never raises)."""
+    from math_verify import parse, verify
+
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            "official maths grading: math-verify's time limits use signal.alarm, which works only in the main thread; "
+            "call the official rewards from the main thread (TRL does) or use reward_style 'tagged'"
+        )
+    try:
+        gold_parsed = parse(str(gold), parsing_timeout=OFFICIAL_TIMEOUT_S)
+        pred_parsed = parse(str(completion), parsing_timeout=OFFICIAL_TIMEOUT_S)
+        return 1.0 if verify(gold_parsed, pred_parsed, timeout_seconds=OFFICIAL_TIMEOUT_S) else -1.0
+    except Exception:  # the official grading scores any failure as a wrong answer
+        logger.debug("math-verify failed on completion %r vs gold %r", completion, gold, exc_info=True)
+        return -1.0
+
+
+def math_official_reward(prompts, completions, **kwargs) -> list[float | None]:
+    """The official MATH grading: +1.0 / -1.0 by math-verify on the whole completion (None: no gold)."""
+    n = len(completions)
+    if kwargs.get("solution") is None and kwargs.get("answer") is None:
+        reward_column(kwargs, ("solution", "answer"), n, "math_official_reward")  # raises, naming both columns
+    columns = {
+        name: reward_column(kwargs, name, n, "math_official_reward") if kwargs.get(name) is not None else [None] * n
+        for name in ("solution", "answer")
+    }
+    rewards: list[float | None] = []
+    for completion, solution, answer in zip(completions, columns["solution"], columns["answer"]):
+        gold = solution if solution is not None else answer
+        rewards.append(None if gold is None else official_math_score(completion_to_text(completion), str(gold)))
+    return rewards
+
+
+def format_example_official(row: dict, system_prompt: str = "") -> dict:
+    """A MATH row -> {"prompt": [problem + OFFICIAL_BOXED_REQUEST], "answer": gold answer, "solution": solution}."""
+    solution = row.get("solution")
+    return {
+        "prompt": user_prompt(row["problem"] + OFFICIAL_BOXED_REQUEST, None),
+        "answer": math_gold(row),
+        "solution": None if solution is None else str(solution),
+    }
+
+
 def format_example(row: dict, system_prompt: str = SYSTEM_PROMPT) -> dict:
     """A MATH / MATH-500 row -> {"prompt": [user message], "answer": gold LaTeX answer}."""
     return {"prompt": user_prompt(row["problem"].strip(), system_prompt), "answer": math_gold(row)}
@@ -150,14 +214,18 @@ def load_math(
     num_samples: int | None = None,
     system_prompt: str | None = None,
     seed: int = 0,
+    prompt_style: str = "tagged",
 ):
-    """MATH as a conversational dataset with columns `prompt` and `answer`.
+    """MATH as a conversational dataset with columns `prompt` and `answer` (official style: also `solution`).
 
     Without `path`/`data_files`: split "train" reads MATH-lighteval's train split, split "test" reads MATH-500.
     Pass `path="DigitalLearningGmbH/MATH-lighteval", split="test"` for the full 5,000-problem test set.
     """
+    formatter, instructions = choose_format(
+        "math", prompt_style, system_prompt, format_example, format_example_official, SYSTEM_PROMPT
+    )
     if path is None and data_files is None:
         path = DEFAULT_TEST_PATH if split == "test" else DEFAULT_TRAIN_PATH
     rows = load_rows(split, path=path, config=None, data_files=data_files)
     rows = take_samples(rows, num_samples, seed)
-    return format_dataset(rows, format_example, SYSTEM_PROMPT if system_prompt is None else system_prompt)
+    return format_dataset(rows, formatter, instructions)

@@ -19,6 +19,16 @@ None; None when the puzzle has no unique solution). Givens are not counted; a pu
 a well-formed answer equal to it, else 0.0.
 Format reward (`sudoku_format_reward`, at most 0.5): 0.25 for the <reasoning>/<answer> layout, plus 0.25 when
 the answer is 16 digits 1-4 by the rule above.
+
+Official style (`prompt_style="official"`, as the official StableDRL code poses and grades 4x4 Sudoku):
+  - prompt: "Solve this 4x4 Sudoku puzzle: 1030000000000002. Use 0 for empty cells." followed by `OFFICIAL_REQUEST`
+    (reasoning in <reasoning> tags, the solution string in <answer> tags). Data files may use the official
+    column names `Puzzle` / `Solution` (d1's CSV) as well as `puzzle` / `solution`.
+  - reward (`sudoku_official_reward`, in [0, 1]): the characters of the LAST <answer> match (read as the official
+    code reads it, `common.official_last_answer`) for which `str.isdigit` holds, joined (so any separators, and
+    any digit 0-9, are allowed), then padded with "0" or cut to 16 characters; the score is the fraction of the
+    puzzle's blank cells where that string has the solution's digit. No tags, no digit in them, or a puzzle without
+    a blank: 0.0. The givens are never scored (a grid that breaks them can still score 1.0).
 """
 
 from __future__ import annotations
@@ -29,11 +39,13 @@ import random
 
 from .common import (
     ANSWER_FORMAT_INSTRUCTIONS,
+    choose_format,
     completion_to_text,
     extract_final_answer,
     format_dataset,
     format_score,
     load_rows,
+    official_last_answer,
     reward_column,
     take_samples,
     user_prompt,
@@ -46,6 +58,7 @@ TEST_BUCKETS = 8
 MAX_BLANKS = 12  # a 4x4 Sudoku with a unique solution has at least 4 givens
 DEFAULT_NUM_SAMPLES = {"train": 2048, "test": 256}
 DEFAULT_BLANKS = (6, 10)
+OFFICIAL_REQUEST = " Please put the reasoning in <reasoning> tags and the solution string in <answer> tags."
 SYSTEM_PROMPT = (
     ANSWER_FORMAT_INSTRUCTIONS + "\nInside the answer tags, write the 16 digits of the solved grid row by row, "
     "for example <answer>1234341221434321</answer>."
@@ -277,6 +290,47 @@ def sudoku_format_reward(prompts, completions, **kwargs) -> list[float]:
     return [format_score(completion_to_text(c), lambda a: parse_grid_answer(a) is not None) for c in completions]
 
 
+def sudoku_official_score(text: str, puzzle: str, solution: str) -> float:
+    """The official Sudoku score of a completion against a normalised puzzle and its solution (module docstring)."""
+    answer = official_last_answer(text)
+    digits = "" if answer is None else "".join(char for char in answer if char.isdigit())
+    blanks = [i for i in range(CELLS) if puzzle[i] == "0"]
+    if not digits or not blanks:
+        return 0.0
+    grid = digits[:CELLS].ljust(CELLS, "0")
+    return sum(grid[i] == solution[i] for i in blanks) / len(blanks)
+
+
+def sudoku_official_reward(prompts, completions, **kwargs) -> list[float | None]:
+    """The official Sudoku grading: the fraction of blank cells right (None: no puzzle, or no unique solution)."""
+    n = len(completions)
+    puzzles = reward_column(kwargs, "puzzle", n, "sudoku_official_reward")
+    solutions = kwargs.get("solution") or [None] * n
+    if len(solutions) != n:
+        raise ValueError(f"sudoku_official_reward: column 'solution' has {len(solutions)} entries for {n}")
+    rewards: list[float | None] = []
+    for completion, puzzle, solution in zip(completions, puzzles, solutions):
+        if puzzle is None:
+            rewards.append(None)
+            continue
+        puzzle = normalize_puzzle(puzzle)
+        solution = _solution_for(puzzle, solution)
+        rewards.append(
+            None if solution is None else sudoku_official_score(completion_to_text(completion), puzzle, solution)
+        )
+    return rewards
+
+
+def _row_puzzle_solution(row: dict) -> tuple[str, str | None]:
+    """The normalised puzzle of a row (column `puzzle` or `Puzzle`) and its solution (given, or solved)."""
+    key = "puzzle" if row.get("puzzle") is not None else "Puzzle"
+    if row.get(key) is None:
+        raise ValueError(f"sudoku: a row needs a 'puzzle' (or 'Puzzle') column, got columns {sorted(row)}")
+    puzzle = normalize_puzzle(row[key])
+    solution = row.get("solution") if row.get("solution") is not None else row.get("Solution")
+    return puzzle, _solution_for(puzzle, solution)
+
+
 def render_grid(puzzle: str) -> str:
     """Four lines of four space-separated digits, 0 for a blank."""
     puzzle = normalize_puzzle(puzzle)
@@ -285,13 +339,19 @@ def render_grid(puzzle: str) -> str:
 
 def format_example(row: dict, system_prompt: str = SYSTEM_PROMPT) -> dict:
     """A row with `puzzle` (and optional `solution`) -> {"prompt", "puzzle", "solution"} (solution solved if absent)."""
-    puzzle = normalize_puzzle(row["puzzle"])
-    solution = _solution_for(puzzle, row.get("solution"))
+    puzzle, solution = _row_puzzle_solution(row)
     question = (
         "Solve this 4x4 Sudoku. Fill every 0 with a digit from 1 to 4 so that each row, each column and each of "
         "the four 2x2 boxes contains 1, 2, 3 and 4 exactly once. The grid, row by row:\n" + render_grid(puzzle)
     )
     return {"prompt": user_prompt(question, system_prompt), "puzzle": puzzle, "solution": solution}
+
+
+def format_example_official(row: dict, system_prompt: str = "") -> dict:
+    """A row with `puzzle` (and optional `solution`) -> {"prompt": [the official question], "puzzle", "solution"}."""
+    puzzle, solution = _row_puzzle_solution(row)
+    question = f"Solve this 4x4 Sudoku puzzle: {puzzle}. Use 0 for empty cells.{OFFICIAL_REQUEST}"
+    return {"prompt": user_prompt(question, None), "puzzle": puzzle, "solution": solution}
 
 
 def load_sudoku(
@@ -302,6 +362,7 @@ def load_sudoku(
     num_samples: int | None = None,
     system_prompt: str | None = None,
     seed: int = 0,
+    prompt_style: str = "tagged",
 ):
     """4x4 Sudoku as a conversational dataset with columns `prompt`, `puzzle` and `solution`.
 
@@ -310,6 +371,9 @@ def load_sudoku(
     """
     from datasets import Dataset
 
+    formatter, instructions = choose_format(
+        "sudoku", prompt_style, system_prompt, format_example, format_example_official, SYSTEM_PROMPT
+    )
     if path is None and data_files is None:
         if split not in DEFAULT_NUM_SAMPLES:
             raise ValueError(f"split: generated Sudoku puzzles come as 'train' or 'test', got {split!r}")
@@ -319,4 +383,4 @@ def load_sudoku(
         rows = Dataset.from_list(generate_puzzles(count, seed, split=split))
     else:
         rows = take_samples(load_rows(split, path=path, config=None, data_files=data_files), num_samples, seed)
-    return format_dataset(rows, format_example, SYSTEM_PROMPT if system_prompt is None else system_prompt)
+    return format_dataset(rows, formatter, instructions)

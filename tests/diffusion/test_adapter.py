@@ -197,6 +197,14 @@ def test_im_end_counts_as_end_of_turn(tiny_tokenizer):
     assert adapter.eos_token_ids == (0, 2, tiny_tokenizer.convert_tokens_to_ids("<|im_end|>"))
 
 
+def test_diffucoder_dlm_pad_ends_a_completion(tiny_tokenizer):
+    # DiffuCoder cuts its output at the first <|dlm_pad|>: it is an end id like EOS.
+    tiny_tokenizer.add_special_tokens({"additional_special_tokens": ["<|dlm_pad|>"]})
+    dlm_pad = tiny_tokenizer.convert_tokens_to_ids("<|dlm_pad|>")
+    adapter = as_diffusion_lm(tiny_bert(), tiny_tokenizer, mask_token_id=1)
+    assert adapter.eos_token_ids == (0, 2, dlm_pad)
+
+
 def test_bad_special_ids_raise(tiny_llada, tiny_tokenizer):
     bert = tiny_bert()
     with pytest.raises(ValueError, match="mask_token_id"):

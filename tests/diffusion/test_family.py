@@ -90,3 +90,99 @@ def test_llada_family_estimate_scores_the_canvas_with_a_visible_tail(tiny_llada,
     torch.testing.assert_close(est.token_logps, ref.token_logps[:, :5], rtol=0, atol=0)
     assert float(est.token_logps[0, 3:].abs().sum()) == 0.0  # padding after the EOS is never scored
     assert get_family("llada").estimator_passes(args) == 2
+
+
+def _tiny_dream():
+    """A tiny Dream on the tiny tokenizer's ids (mask 1, EOS / pad 0), weights from seed 0 (global RNG untouched)."""
+    from stabledrl_trl.models.dream import DreamConfig, DreamModel
+
+    config = DreamConfig(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        mask_token_id=1,
+        eos_token_id=0,
+        pad_token_id=0,
+        bos_token_id=0,
+        rope_theta=1e6,
+        use_sliding_window=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return DreamModel(config).eval()
+
+
+def test_dream_family_uses_dreams_sampler_by_default(tiny_tokenizer, tmp_path):
+    from stabledrl_trl.diffusion.dream_sampler import generate as dream_generate
+
+    args = _args(tmp_path, temperature=0.9, top_p=0.95, diffusion_steps=4)
+    adapter = as_diffusion_lm(_tiny_dream(), tokenizer=tiny_tokenizer)
+    prompt = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]])
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    family = get_family("dream")
+    assert family.sampler_name(args) == "dream" and get_family("llada").sampler_name(args) == "llada"
+    out = family.generate(
+        adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(3)
+    )
+    ref = dream_generate(
+        adapter,
+        prompt,
+        mask,
+        mask_token_id=1,
+        gen_length=8,
+        steps=4,
+        alg="entropy",
+        eps=1e-3,
+        temperature=0.9,
+        top_p=0.95,
+        eos_token_ids=adapter.eos_token_ids,
+        generator=torch.Generator().manual_seed(3),
+    )
+    assert torch.equal(out.completion_ids, ref.completion_ids)
+    assert torch.equal(out.completion_mask, ref.completion_mask)
+    # diffusion_sampler overrides the family's choice, both ways
+    llada_args = _args(tmp_path, temperature=0.9, diffusion_sampler="llada")
+    out = family.generate(
+        adapter,
+        prompt,
+        mask,
+        llada_args,
+        eos_token_ids=adapter.eos_token_ids,
+        generator=torch.Generator().manual_seed(3),
+    )
+    ref = generate(
+        adapter,
+        prompt,
+        mask,
+        mask_token_id=1,
+        gen_length=8,
+        block_length=4,
+        steps=4,
+        temperature=0.9,
+        eos_token_ids=adapter.eos_token_ids,
+        generator=torch.Generator().manual_seed(3),
+    )
+    assert torch.equal(out.completion_ids, ref.completion_ids)
+    dream_args = _args(tmp_path, diffusion_sampler="dream", dream_alg="maskgit_plus", temperature=0.0)
+    assert get_family("llada").sampler_name(dream_args) == "dream"
+
+
+@pytest.mark.parametrize(
+    "family, kwargs, match",
+    [
+        ("llada", dict(top_p=0.9), "top_p=0.9"),
+        ("llada", dict(top_k=5), "top_k=5"),
+        ("llada", dict(dream_alg="origin"), "dream_alg"),
+        ("masked_lm", dict(dream_eps=0.01), "dream_eps"),
+        ("dream", dict(remasking="random"), "remasking"),
+        ("dream", dict(cfg_scale=0.5), "cfg_scale"),
+    ],
+)
+def test_family_rejects_settings_its_sampler_ignores(tmp_path, family, kwargs, match):
+    args = _args(tmp_path, **kwargs)  # "auto": valid at construction, the family decides
+    with pytest.raises(ValueError, match=match):
+        get_family(family).check(args, None)
+    get_family("llada" if family == "dream" else "dream").check(args, None)  # the other family's sampler reads them

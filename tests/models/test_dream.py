@@ -1,17 +1,23 @@
-"""Dream (Qwen2 with bidirectional attention) against a literal reference forward, loading and registration."""
+"""Dream (Qwen2 with bidirectional attention) against a literal reference forward and Dream's own outputs (fixture),
+loading, registration, and checkpoints Dream's original code loads."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 import transformers
+from safetensors.torch import load_file
 
 import stabledrl_trl  # noqa: F401  (registers "Dream" with the Auto classes)
 from stabledrl_trl.models.dream import DreamConfig, DreamModel
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "dream-tiny"  # written by Dream's original code (README)
 
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
@@ -147,7 +153,8 @@ def test_hub_style_checkpoint_loads_without_remote_code(tmp_path, trust_remote_c
     model = build_dream(seed=3)
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["model_type"] == "Dream" and "auto_map" not in saved and saved["mask_token_id"] == 110
+    assert saved["model_type"] == "Dream" and saved["mask_token_id"] == 110
+    assert saved["auto_map"] == tiny_dream_config()["auto_map"]  # kept for Dream's own code, never used here
     # Turn the folder into a hub-like one: Dream's config.json with auto_map, and remote code that must not run.
     (tmp_path / "config.json").write_text(json.dumps(tiny_dream_config()))
     for name in ("configuration_dream.py", "modeling_dream.py"):
@@ -180,3 +187,92 @@ def test_cache_and_generate_are_refused():
         model(ids, past_key_values=DynamicCache(config=model.config))
     with pytest.raises(NotImplementedError, match="masked diffusion"):
         model.generate(ids)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Against Dream's original code (tests/fixtures/dream-tiny) and checkpoints that code loads.
+
+
+def load_fixture(path=FIXTURE):
+    model, info = transformers.AutoModel.from_pretrained(path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    return model.eval()
+
+
+def test_fixture_logits_match_dreams_code():
+    ref = load_file(FIXTURE / "reference.safetensors")
+    model = load_fixture()
+    assert model.config.rope_parameters["rope_theta"] == 1e6
+    with torch.no_grad():
+        plain = model(ref["plain_input_ids"]).logits
+        mask = ref["padded_attention_mask"]
+        padded = model(ref["padded_input_ids"], attention_mask=mask).logits
+    assert (plain - ref["plain_logits_raw"]).abs().max() <= 1e-5
+    assert (padded - ref["padded_logits_raw"])[mask.bool()].abs().max() <= 1e-5  # pad positions are meaningless
+
+
+def test_saved_folder_is_dreams_own_format(tmp_path):
+    """What Dream's code reads: config.json's keys and values (rope_theta, auto_map, ...), the weight names and
+    values, generation_config.json's mask token. Then our loader gives the same logits from the saved folder."""
+    model = load_fixture()
+    model.save_pretrained(tmp_path)
+    original = json.loads((FIXTURE / "config.json").read_text())
+    saved = json.loads((tmp_path / "config.json").read_text())
+    for key, value in original.items():
+        if key != "transformers_version":
+            assert saved.get(key, "<missing>") == value, key  # rope_theta 1e6, auto_map, model_type "Dream", ...
+    assert "rope_parameters" not in saved and "layer_types" not in saved  # keys transformers 4 would not read
+    weights, fixture_weights = load_file(tmp_path / "model.safetensors"), load_file(FIXTURE / "model.safetensors")
+    assert sorted(weights) == sorted(fixture_weights)
+    assert all(torch.equal(weights[k], fixture_weights[k]) for k in weights)
+    generation = json.loads((tmp_path / "generation_config.json").read_text())
+    assert generation["mask_token_id"] == 95  # Dream's generation config has no other source for it
+    ref = load_file(FIXTURE / "reference.safetensors")
+    with torch.no_grad():
+        assert torch.equal(load_fixture(tmp_path)(ref["plain_input_ids"]).logits, model(ref["plain_input_ids"]).logits)
+
+
+def test_remote_code_files_are_copied_not_run(tmp_path):
+    source = tmp_path / "source"
+    shutil.copytree(FIXTURE, source)
+    code = {
+        "configuration_dream.py": "raise RuntimeError('remote code was executed')\n",
+        "modeling_dream.py": "from .generation_utils import DreamGenerationMixin\nraise RuntimeError('executed')\n",
+        "generation_utils.py": "raise RuntimeError('remote code was executed')\n",
+    }
+    for name, text in code.items():
+        (source / name).write_text(text)
+    (source / "unrelated_script.py").write_text("print('not part of the model')\n")
+    model = load_fixture(source)
+    model.save_pretrained(tmp_path / "saved")
+    for name, text in code.items():  # the auto_map modules and what they import relatively
+        assert (tmp_path / "saved" / name).read_text() == text
+    assert not (tmp_path / "saved" / "unrelated_script.py").exists()
+    assert type(load_fixture(tmp_path / "saved")) is DreamModel  # and still loads natively
+
+
+def test_hub_checkpoint_auto_map_points_at_its_repo(tmp_path):
+    # Loaded from a hub repo (no code files here): the saved auto_map names the repo, as transformers resolves it.
+    model = load_fixture()
+    model.config._name_or_path = "Dream-org/Dream-v0-Instruct-7B"
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["auto_map"] == {
+        "AutoConfig": "Dream-org/Dream-v0-Instruct-7B--configuration_dream.DreamConfig",
+        "AutoModel": "Dream-org/Dream-v0-Instruct-7B--modeling_dream.DreamModel",
+    }
+    assert type(load_fixture(tmp_path)) is DreamModel
+
+
+def test_non_default_rope_is_saved_as_rope_scaling(tmp_path):
+    model = build_dream(rope_scaling={"type": "linear", "factor": 2.0})
+    assert model.config.rope_parameters["rope_type"] == "linear"
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["rope_theta"] == 1e6
+    assert saved["rope_scaling"] == {"type": "linear", "rope_type": "linear", "factor": 2.0}
+    reloaded = transformers.AutoModel.from_pretrained(tmp_path)
+    assert reloaded.config.rope_parameters == model.config.rope_parameters
+    ids = torch.randint(0, 120, (1, 9), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        assert torch.equal(reloaded.eval()(ids).logits, model(ids).logits)

@@ -116,3 +116,53 @@ def test_safe_model_loading_defaults(load_script):
     import torch
 
     assert kwargs["dtype"] is torch.bfloat16
+
+
+OFFICIAL_CONFIGS = {
+    "llada_math_full.yaml": "math",
+    "llada_gsm8k_lora.yaml": "gsm8k",
+    "llada_countdown.yaml": "countdown",
+    "llada_sudoku.yaml": "sudoku",
+}
+
+
+@pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=os.path.basename)
+def test_task_style_of_each_config(path, load_script):
+    train = load_script("train")
+    script_args, _, _ = train.make_parser().parse_args_and_config(["--config", path, "--use_cpu", "true"])
+    names = [f.__name__ for f in script_args.reward_funcs()]
+    task = OFFICIAL_CONFIGS.get(os.path.basename(path))
+    if task is not None:  # the official recipes: official prompts and grading, plus the anti-short-boxed term
+        assert (script_args.prompt_style, script_args.reward_style, script_args.anti_short_boxed) == (
+            "official",
+            "official",
+            True,
+        )
+        assert names == [f"{task}_official_reward", "anti_short_boxed_reward"]
+    else:  # everything else: the tagged tasks, no anti-short-boxed term
+        assert (script_args.prompt_style, script_args.reward_style, script_args.anti_short_boxed) == (
+            "tagged",
+            "tagged",
+            False,
+        )
+        assert "anti_short_boxed_reward" not in names and not any("official" in n for n in names)
+
+
+def test_task_style_defaults_and_errors(tmp_path, load_script):
+    train = load_script("train")
+    args = train.TrainScriptArguments(task="countdown", prompt_style="official")
+    assert (args.reward_style, args.anti_short_boxed) == ("official", True)  # both follow prompt_style
+    args = train.TrainScriptArguments(task="countdown", prompt_style="official", reward_style="tagged")
+    assert args.anti_short_boxed is False and args.reward_funcs()[0].__name__ == "countdown_correctness_reward"
+    args = train.TrainScriptArguments(task="gsm8k", anti_short_boxed=True)
+    assert [f.__name__ for f in args.reward_funcs()][-1] == "anti_short_boxed_reward"
+    with pytest.raises(ValueError, match="prompt_style: expected one of tagged, official, got 'offical'"):
+        train.TrainScriptArguments(task="gsm8k", prompt_style="offical")
+    with pytest.raises(ValueError, match="reward_style: task 'digit_sort' has no official StableDRL form"):
+        train.TrainScriptArguments(task="digit_sort", reward_style="official")
+    with pytest.raises(ValueError, match="system_prompt: got 'Think.' with prompt_style 'official'"):
+        train.TrainScriptArguments(task="math", prompt_style="official", system_prompt="Think.")
+    bad = tmp_path / "bad.yaml"  # through the parser too: the error names the field
+    bad.write_text("task: sudoku\nreward_style: exact\n")
+    with pytest.raises(ValueError, match="reward_style: expected one of tagged, official, got 'exact'"):
+        train.make_parser().parse_args_and_config(["--config", str(bad), "--use_cpu", "true"])

@@ -173,3 +173,15 @@ def test_missing_model_and_bad_dtype(evaluate_script):
         evaluate_script.load_model(args)
     with pytest.raises(ValueError, match="num_threads"):
         evaluate_script.main(argv=["--model_name_or_path", "m", "--num_threads", "0"])
+
+
+def test_prompt_style_precedence(evaluate_script, tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("task: countdown\nprompt_style: official\n")
+    parse = evaluate_script.make_parser().parse_args_and_config
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config)])
+    assert evaluate_script.prompt_style(args) == "official"  # from the training run
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config), "--prompt_style", "tagged"])
+    assert evaluate_script.prompt_style(args) == "tagged"  # an explicit flag wins
+    (args,) = parse(["--model_name_or_path", "m"])
+    assert evaluate_script.prompt_style(args) == "tagged"  # the default
