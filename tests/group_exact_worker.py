@@ -67,6 +67,7 @@ def run(out_path: str, loss_type: str = "stable_drl", grad_accum: int = 2, steps
         likelihood_estimator="block_random",
         estimator_block_size=4,
         mc_samples=2,
+        mask_seed_mode="fresh",  # the reference below scores the fresh-mask stream against the stored old scores
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate)
     trainer = StableDRLTrainer(
@@ -128,7 +129,8 @@ def run(out_path: str, loss_type: str = "stable_drl", grad_accum: int = 2, steps
         seq = (logps * completion_mask).sum(-1) / n_tok
         out = stable_drl_loss(seq, (old * completion_mask).sum(-1) / n_tok, adv, g, clip_c=args.clip_c)
     else:
-        out = stable_drl_ratio_loss(((logps - old) * completion_mask).sum(-1), adv, g, epsilon=args.epsilon)
+        # stable_drl_ratio_form "mean": the length-normalised sequence log-ratio L_theta - L_old
+        out = stable_drl_ratio_loss(((logps - old) * completion_mask).sum(-1) / n_tok, adv, g, epsilon=args.epsilon)
     loss = out.unit_loss.mean()  # mean over all groups of the optimiser step
     loss.backward()
     diffs, updates = [], []
