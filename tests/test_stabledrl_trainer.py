@@ -670,3 +670,26 @@ def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path)
             train_dataset=make_dataset(),
             processing_class=build_tiny_tokenizer(),
         )
+
+
+@pytest.mark.parametrize("completion_end, expected", [("any_eos", [10, 11, 2]), ("tokenizer_eos", [10, 11, 2, 12, 0])])
+def test_completion_end_decides_which_eos_ends_the_scored_completion(tmp_path, monkeypatch, completion_end, expected):
+    """Official: only tokenizer.eos_token_id (<|endoftext|>, 0 here) ends it; <|eot_id|> (2) before it is scored."""
+    from stabledrl_trl.diffusion.sampler import SamplerOutput, completion_mask_from_ids
+
+    tok = build_tiny_tokenizer()
+    args = make_args(tmp_path, completion_end=completion_end)
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+    )
+    seen = {}
+
+    def fake_generate(adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+        seen["eos"] = tuple(eos_token_ids)
+        ids = torch.tensor([[10, 11, 2, 12, 0, 0, 13, 0]]).expand(prompt_ids.shape[0], -1)  # (B, 8)
+        return SamplerOutput(ids, completion_mask_from_ids(ids, eos_token_ids))
+
+    monkeypatch.setattr(trainer._family_impl, "generate", fake_generate)
+    completions, _ = trainer._generate_single_turn([[3, 20, 4]], None, None, 1)
+    assert completions == [expected]
+    assert (seen["eos"] == (0,)) == (completion_end == "tokenizer_eos")
