@@ -96,13 +96,16 @@ def spikes(values: list[float], factor: float = 10.0) -> int:
 def run_summary(log_history: list[dict], loss_type: str, accuracies: dict[int, float], group_size: int = 8) -> dict:
     """Statistics of one run from TRL's per-step log history and held-out accuracies {step: accuracy}.
 
-    accuracies must hold step 0 (before RL) and the last step (after RL). Returns max / median grad norm, spikes
+    accuracies must hold step 0 (before RL) and the last step (after RL). Every entry with a grad norm is a step;
+    the reward curve has one point per generation (TRL logs the reward on the steps that generate). Returns max / median grad norm, spikes
     (steps above 10x the median grad norm), max unclipped weight, mean clip fraction, steps with some clipping,
     the smallest effective sample size and the steps where it is below group_size (self-normalised objectives
     only), accuracy before / after / best (over every evaluation), and the per-step reward and grad-norm curves.
     """
-    steps = [h for h in log_history if "grad_norm" in h and "reward" in h]
+    steps = [h for h in log_history if "grad_norm" in h]  # every optimiser step (logging_steps=1)
     grad = [float(h["grad_norm"]) for h in steps]
+    # rewards are logged on the steps that generate (every num_iterations-th step)
+    reward = [float(h["reward"]) for h in steps if "reward" in h]
     keys = CLIP_KEYS.get(loss_type, ())
     clip = [sum(float(h[k]) for k in keys) for h in steps if keys and all(k in h for k in keys)]
     weights = [float(h["stabledrl/weight_max"]) for h in steps if "stabledrl/weight_max" in h]
@@ -125,7 +128,7 @@ def run_summary(log_history: list[dict], loss_type: str, accuracies: dict[int, f
         "accuracy_after": accuracies[order[-1]],
         "accuracy_best": max(accuracies.values()),
         "accuracies": {str(k): accuracies[k] for k in order},
-        "reward": [float(h["reward"]) for h in steps],
+        "reward": reward,
         "grad_norm": grad,
     }
 
@@ -227,7 +230,10 @@ def plot(summary: dict, path: str) -> None:
             steps = range(1, len(r["grad_norm"]) + 1)
             grad = [g if math.isfinite(g) and g > 0 else float("nan") for g in r["grad_norm"]]
             axes[0, j].plot(steps, grad, lw=1, label=f"seed {r['seed']}")
-            axes[1, j].plot(steps, r["reward"], lw=1, label=f"seed {r['seed']}")
+            every = max(1, round(len(r["grad_norm"]) / max(len(r["reward"]), 1)))  # steps per generation
+            axes[1, j].plot(
+                range(1, every * len(r["reward"]) + 1, every), r["reward"], lw=1, label=f"seed {r['seed']}"
+            )
         agg = summary["objectives"][name]
         axes[0, j].set_title(f"{name}\nacc {agg['accuracy_before']:.2f} -> {agg['accuracy_after']:.2f}", fontsize=9)
         axes[0, j].set_yscale("log")

@@ -50,6 +50,20 @@ def test_clip_fraction_sums_dgpos_two_sides_and_non_finite_norms_are_spikes(load
     assert bench.spikes([]) == 0 and bench.spikes([float("nan")] * 3) == 3
 
 
+def test_reward_is_read_from_generation_steps_and_every_step_counts_for_grad_norms(load_script):
+    bench = load_script("bench_stability")
+    # num_iterations 2: TRL logs the reward on every other step only
+    log = [
+        {"step": 1, "grad_norm": 1.0, "reward": 0.2},
+        {"step": 2, "grad_norm": 30.0},
+        {"step": 3, "grad_norm": 2.0, "reward": 0.4},
+        {"step": 4, "grad_norm": 1.0},
+    ]
+    s = bench.run_summary(log, "grpo", {0: 0.1, 4: 0.2})
+    assert s["steps"] == 4 and s["grad_norm"] == [1.0, 30.0, 2.0, 1.0] and s["reward"] == [0.2, 0.4]
+    assert s["grad_norm_max"] == 30.0 and s["spikes"] == 1
+
+
 def test_mean_over_seeds(load_script):
     bench = load_script("bench_stability")
     a = bench.run_summary(_history([1.0, 3.0], [0.0, 1.0]), "grpo", {0: 0.2, 2: 0.5})
@@ -80,7 +94,8 @@ def test_miniature_study_writes_summary_and_figure(load_script, tmp_path):
     assert set(on_disk["objectives"]) == {"grpo_seq", "stable_drl"}
     assert len(on_disk["runs"]) == 4 == len(summary["runs"])
     for run in on_disk["runs"]:
-        assert run["steps"] == 4 and len(run["reward"]) == 4 and len(run["grad_norm"]) == 4
+        # num_iterations 2: a grad norm every step, a reward every generation (every other step)
+        assert run["steps"] == 4 and len(run["grad_norm"]) == 4 and len(run["reward"]) == 2
         assert sorted(int(k) for k in run["accuracies"]) == [0, 2, 4]  # before, every 2 steps, after
         assert all(0.0 <= a <= 1.0 for a in run["accuracies"].values())
         assert run["spikes"] == bench.spikes(run["grad_norm"])
