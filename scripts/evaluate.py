@@ -8,9 +8,11 @@ loaded on its base model (`base_model_name_or_path`, default: the one recorded i
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (max_completion_length, block_length, diffusion_steps, temperature, remasking,
 cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. The prompt style (tagged or official)
-follows the same precedence (default "tagged"); scoring is the task's tagged correctness reward (1 / 0). Completions are sampled in batches of
-left-padded prompts with a progress bar; the accuracy and every sample's prompt, completion, gold answer and reward
-are written as JSON to `--output_file`.
+follows the same precedence (default "tagged"), and so does the grading (`reward_style`, default: the prompt style):
+"tagged" scores with the task's correctness reward (1 / 0), "official" counts completions earning the task's full
+official StableDRL score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0). Completions are sampled in batches of
+left-padded prompts with a progress bar; the accuracy, the grading used and every sample's prompt, completion, gold
+answer and reward are written as JSON to `--output_file`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ SAMPLER_FROM_TRAINING = {
     "temperature": "temperature",
     "remasking": "remasking",
     "cfg_scale": "cfg_scale",
+    "sampler": "diffusion_sampler",
+    "dream_alg": "dream_alg",
+    "dream_alg_temp": "dream_alg_temp",
+    "dream_eps": "dream_eps",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "block_denoising_steps": "block_denoising_steps",
+    "block_remasking": "block_remasking",
+    "block_confidence_threshold": "block_confidence_threshold",
 }
 
 
@@ -61,7 +72,15 @@ class EvaluateArguments:
         default=None,
         metadata={
             "help": "'tagged' or 'official' prompts (stabledrl_trl.tasks); None: the training config's prompt_style, "
-            "else 'tagged'. Scoring is the task's tagged correctness reward either way."
+            "else 'tagged'."
+        },
+    )
+    reward_style: str | None = field(
+        default=None,
+        metadata={
+            "help": "Grading of the accuracy: 'tagged' (the task's correctness reward, 1 / 0) or 'official' (the "
+            "fraction of completions earning the task's full official StableDRL score). None: the training "
+            "config's reward_style, else the prompt style."
         },
     )
     training_config: str | None = field(
@@ -76,6 +95,30 @@ class EvaluateArguments:
     temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (0 = greedy)."})
     remasking: str | None = field(default=None, metadata={"help": "'low_confidence' or 'random'."})
     cfg_scale: float | None = field(default=None, metadata={"help": "Classifier-free guidance scale (0 = off)."})
+    sampler: str | None = field(
+        default=None,
+        metadata={
+            "help": "'auto' (the model family's own sampler), 'llada' or 'dream' (training: diffusion_sampler)."
+        },
+    )
+    dream_alg: str | None = field(
+        default=None, metadata={"help": "Dream sampler: entropy, maskgit_plus, topk_margin or origin."}
+    )
+    dream_alg_temp: float | None = field(default=None, metadata={"help": "Dream sampler: position temperature."})
+    dream_eps: float | None = field(default=None, metadata={"help": "Dream sampler: final time of the schedule."})
+    top_p: float | None = field(
+        default=None, metadata={"help": "Dream / block sampler: nucleus filtering (1.0 = off)."}
+    )
+    top_k: int | None = field(default=None, metadata={"help": "Dream / block sampler: top-k filtering (0 = off)."})
+    block_denoising_steps: int | None = field(
+        default=None, metadata={"help": "Block diffusion: denoising steps per block (None = the block size)."}
+    )
+    block_remasking: str | None = field(
+        default=None, metadata={"help": "Block diffusion: low_confidence_dynamic or low_confidence_static."}
+    )
+    block_confidence_threshold: float | None = field(
+        default=None, metadata={"help": "Block diffusion: threshold of low_confidence_dynamic."}
+    )
     batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16, float16 or auto."})
@@ -91,14 +134,19 @@ class EvaluateArguments:
         default=None, metadata={"help": "Write the results and per-sample outputs to this JSON file."}
     )
     progress: bool = field(default=True, metadata={"help": "Show a progress bar (--no_progress to hide it)."})
+    allow_pickle_checkpoints: bool = field(
+        default=False,
+        metadata={"help": "Allow pickle weights (.bin / .pt), which can run code when loaded. Off: safetensors only."},
+    )
 
 
 def make_parser(subparsers=None):
-    from trl import TrlParser
 
     if subparsers is not None:
         return subparsers.add_parser("evaluate", help="held-out accuracy", dataclass_types=(EvaluateArguments,))
-    return TrlParser((EvaluateArguments,))
+    from stabledrl_trl.safety import make_trl_parser
+
+    return make_trl_parser((EvaluateArguments,))
 
 
 def sampler_settings(args: EvaluateArguments) -> dict:
@@ -120,21 +168,38 @@ def sampler_settings(args: EvaluateArguments) -> dict:
         if value is None:
             value = training.get(training_key, defaults[training_key].default)
         settings[name] = value
+    # Unset block_length / diffusion_steps: the same length-derived defaults as StableDRLConfig.
+    from stabledrl_trl.stabledrl_config import resolve_diffusion_layout
+
+    settings["block_length"], settings["steps"] = resolve_diffusion_layout(
+        settings["gen_length"], settings["block_length"], settings["steps"]
+    )
     return settings
+
+
+def _training_value(args: EvaluateArguments, key: str):
+    """`key` of the training YAML (None without one, or when it does not set it)."""
+    if args.training_config is None:
+        return None
+    import yaml
+
+    with open(args.training_config) as f:
+        training = yaml.safe_load(f) or {}
+    return training.get(key) if isinstance(training, dict) else None
 
 
 def prompt_style(args: EvaluateArguments) -> str:
     """Explicit flag > the training YAML's prompt_style > "tagged"."""
     if args.prompt_style is not None:
         return args.prompt_style
-    if args.training_config is not None:
-        import yaml
+    return _training_value(args, "prompt_style") or "tagged"
 
-        with open(args.training_config) as f:
-            training = yaml.safe_load(f) or {}
-        if isinstance(training, dict) and training.get("prompt_style") is not None:
-            return training["prompt_style"]
-    return "tagged"
+
+def reward_style(args: EvaluateArguments) -> str:
+    """The grading: explicit flag > the training YAML's reward_style > the prompt style (as in training)."""
+    if args.reward_style is not None:
+        return args.reward_style
+    return _training_value(args, "reward_style") or prompt_style(args)
 
 
 def load_model(args: EvaluateArguments):
@@ -149,6 +214,12 @@ def load_model(args: EvaluateArguments):
     dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype, None)
     if dtype is None or (dtype != "auto" and not isinstance(dtype, torch.dtype)):
         raise ValueError(f"dtype={args.dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto.")
+    from stabledrl_trl.safety import check_local_model_path, check_safetensors_only
+
+    check_local_model_path(args.model_name_or_path)
+    if not args.allow_pickle_checkpoints:
+        check_safetensors_only(args.model_name_or_path, what="model_name_or_path")
+    load_kwargs = {} if args.allow_pickle_checkpoints else {"use_safetensors": True}
     adapter_config = os.path.join(args.model_name_or_path, "adapter_config.json")
     is_adapter = os.path.isfile(adapter_config)
     if is_adapter:
@@ -162,12 +233,15 @@ def load_model(args: EvaluateArguments):
             raise ValueError(
                 f"{adapter_config} names no base model; pass --base_model_name_or_path <the model it was trained on>."
             )
-        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+        check_local_model_path(base_path)
+        if not args.allow_pickle_checkpoints:
+            check_safetensors_only(base_path, what="base model")
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, **load_kwargs)
         model = PeftModel.from_pretrained(base, args.model_name_or_path)  # adapter kept separate: no merge
         has_tokenizer = os.path.isfile(os.path.join(args.model_name_or_path, "tokenizer_config.json"))
         tokenizer_path = args.model_name_or_path if has_tokenizer else base_path
     else:
-        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype, **load_kwargs)
         tokenizer_path = args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, padding_side="left")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -175,7 +249,7 @@ def load_model(args: EvaluateArguments):
 
 
 def main(args: EvaluateArguments | None = None, argv=None) -> dict:
-    from stabledrl_trl.evaluation import evaluate_model
+    from stabledrl_trl.evaluation import evaluate_model, resolve_grading
     from stabledrl_trl.tasks import get_task, load_task_dataset
 
     if args is None:
@@ -188,6 +262,10 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
             raise ValueError(f"num_threads must be a positive integer or None, got {args.num_threads}.")
         torch.set_num_threads(args.num_threads)
     settings = sampler_settings(args)
+    grading = reward_style(args)
+    resolve_grading(task, grading)  # a bad grading fails before the model loads
+    if args.output_file is not None:
+        check_writable(args.output_file)  # before the evaluation, not after it
     model, tokenizer, is_adapter = load_model(args)
     dataset = load_task_dataset(
         args.task,
@@ -208,6 +286,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         batch_size=args.batch_size,
         seed=args.seed,
         progress=args.progress,
+        grading=grading,
     )
     output = {
         "model": args.model_name_or_path,
@@ -217,16 +296,51 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         "accuracy": result["accuracy"],
         "n": result["n"],
         "num_rows": result["num_rows"],
+        "grading": result["grading"],
+        "grading_rule": result["grading_rule"],
+        "full_score": result["full_score"],
         "sampler": settings,
         "seed": args.seed,
         "records": result["records"],
     }
-    print(f"{task.name} {args.split}: accuracy {result['accuracy']:.4f} on {result['n']} samples", flush=True)
+    print(
+        f"{task.name} {args.split}: accuracy {result['accuracy']:.4f} on {result['n']} samples "
+        f"({result['grading']} grading)",
+        flush=True,
+    )
     if args.output_file is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)
-        with open(args.output_file, "w") as f:
-            json.dump(output, f, indent=2)
+        write_output(output, args.output_file)
     return output
+
+
+def check_writable(path: str) -> None:
+    """Fail at once when the results file cannot be written (its folder cannot be created or is read-only)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:
+        raise OSError(error.errno, f"output_file={path!r}: cannot create its folder {folder!r} ({error}).") from error
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise PermissionError(f"output_file={path!r} is not writable; choose another --output_file.")
+
+
+def write_output(output: dict, path: str) -> str:
+    """Write the results JSON; if that fails (disk full, permissions changed), keep the per-sample records in a
+    temporary file, say where, and raise: the evaluation's work is never lost."""
+    text = json.dumps(output, indent=2)
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+    except OSError as error:
+        import tempfile
+
+        fd, fallback = tempfile.mkstemp(prefix="stabledrl_eval_", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        raise OSError(
+            error.errno, f"could not write output_file={path!r} ({error}); the results are saved in {fallback}."
+        ) from error
 
 
 if __name__ == "__main__":

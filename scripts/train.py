@@ -9,8 +9,9 @@ knows is an error; command-line flags override YAML values.
 
 `prompt_style` / `reward_style` choose between the tasks' tagged prompts and rewards and the official StableDRL ones
 (stabledrl_trl.tasks); the official configs (configs/llada_*.yaml) use the official ones with the anti-short-boxed
-term. The before/after evaluation always scores with the task's tagged correctness reward (1 / 0) on the chosen
-prompts.
+term. The before/after evaluation grades with the same `reward_style`: the task's tagged correctness reward (1 / 0),
+or the fraction of completions earning the task's full official score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0);
+accuracy_before_after.json says which.
 
 With `tiny_model: true` the script builds the embedded default: a tiny LLaDA-architecture model and a character
 tokenizer made locally, warmed up by masked-diffusion SFT on the task (cached under `sft_cache_dir`), then trained
@@ -36,6 +37,13 @@ class TrainScriptArguments:
         default=None, metadata={"help": "Hub id, local folder or data file replacing the task's default dataset."}
     )
     data_files: str | None = field(default=None, metadata={"help": "Local data file(s) for the dataset builder."})
+    test_data_files: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local data file(s) of the held-out split. Needed when the training data is one file "
+            "(dataset_path or data_files) and a held-out evaluation is asked for: one file is one split."
+        },
+    )
     dataset_train_split: str = field(default="train", metadata={"help": "Training split."})
     dataset_test_split: str = field(default="test", metadata={"help": "Held-out split for evaluation."})
     num_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training rows."})
@@ -47,6 +55,13 @@ class TrainScriptArguments:
     tiny_model: bool = field(
         default=False,
         metadata={"help": "Build the tiny local LLaDA model and tokenizer and warm them up by SFT (cached)."},
+    )
+    tiny_architecture: str = field(
+        default="llada",
+        metadata={
+            "help": "Architecture of the tiny model (tiny_model only): 'llada' (full attention) or 'sdar' (block "
+            "diffusion, block size 4)."
+        },
     )
     sft_cache_dir: str = field(default=".cache/stabledrl_tiny", metadata={"help": "Cache of the SFT warm-up."})
     sft_max_steps: int = field(default=200, metadata={"help": "SFT warm-up steps (tiny_model only)."})
@@ -120,14 +135,16 @@ class TrainScriptArguments:
 
 
 def make_parser(subparsers=None):
-    from trl import ModelConfig, TrlParser
+    from trl import ModelConfig
 
     from stabledrl_trl import StableDRLConfig
 
     dataclass_types = (TrainScriptArguments, StableDRLConfig, ModelConfig)
     if subparsers is not None:
         return subparsers.add_parser("train", help="StableDRL training", dataclass_types=dataclass_types)
-    return TrlParser(dataclass_types)
+    from stabledrl_trl.safety import make_trl_parser
+
+    return make_trl_parser(dataclass_types)
 
 
 def build_model_init_kwargs(training_args, model_args) -> dict:
@@ -164,12 +181,42 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
         temperature=temperature,
         remasking=args.remasking,
         cfg_scale=args.cfg_scale,
+        sampler=args.diffusion_sampler,
+        dream_alg=args.dream_alg,
+        dream_alg_temp=args.dream_alg_temp,
+        dream_eps=args.dream_eps,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        block_denoising_steps=args.block_denoising_steps,
+        block_remasking=args.block_remasking,
+        block_confidence_threshold=args.block_confidence_threshold,
         batch_size=script_args.eval_batch_size,
         seed=args.seed,
         desc=f"eval {label}",
+        grading=script_args.reward_style,
     )
-    print(f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts", flush=True)
+    print(
+        f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts "
+        f"({result['grading']} grading)",
+        flush=True,
+    )
     return result
+
+
+def check_held_out_split(script_args, needs_test: bool) -> None:
+    """One data file is one split: used for training it cannot also be the held-out set (the held-out accuracy
+    would be measured on training rows). Require `test_data_files` then."""
+    files = script_args.data_files
+    single = (files is not None and not isinstance(files, dict)) or (
+        files is None and script_args.dataset_path is not None and os.path.isfile(script_args.dataset_path)
+    )
+    if single and needs_test and script_args.test_data_files is None:
+        given = f"data_files={files!r}" if files is not None else f"dataset_path={script_args.dataset_path!r}"
+        raise ValueError(
+            f"{given} is a single file, so it would be both the training and the held-out split (held-out accuracy "
+            "on training rows). Give the held-out file with test_data_files, or turn off evaluate_before_after / "
+            "eval_strategy."
+        )
 
 
 def main(script_args=None, training_args=None, model_args=None, argv=None):
@@ -198,6 +245,7 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             learning_rate=script_args.sft_learning_rate,
             num_samples=script_args.sft_num_samples,
             completion_length=training_args.max_completion_length,  # SFT canvas = RL generation length
+            architecture=script_args.tiny_architecture,
         )
     if model_path is None:
         raise ValueError("model_name_or_path is not set: give a hub id or a local checkpoint (or tiny_model: true).")
@@ -219,8 +267,22 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             prompt_style=script_args.prompt_style,
         )
 
+    needs_test = script_args.evaluate_before_after or training_args.eval_strategy != "no"
+    check_held_out_split(script_args, needs_test)
     train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
-    test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
+    test_dataset = None
+    if script_args.test_data_files is not None:
+        test_dataset = load_task_dataset(
+            script_args.task,
+            script_args.dataset_test_split,
+            path=None,
+            data_files=script_args.test_data_files,
+            num_samples=script_args.num_eval_samples,
+            system_prompt=script_args.system_prompt,
+            seed=training_args.seed,
+        )
+    elif needs_test:
+        test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
     eval_dataset = test_dataset if training_args.eval_strategy != "no" else None
 
     trainer = StableDRLTrainer(
@@ -246,7 +308,10 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
             trainer.model, tokenizer, test_dataset, task, training_args, script_args, "after RL"
         )
         if trainer.accelerator.is_main_process:
-            summary = {k: {"accuracy": v["accuracy"], "n": v["n"]} for k, v in results.items()}
+            summary = {
+                k: {"accuracy": v["accuracy"], "n": v["n"], "grading": v["grading"], "grading_rule": v["grading_rule"]}
+                for k, v in results.items()
+            }
             with open(os.path.join(training_args.output_dir, "accuracy_before_after.json"), "w") as f:
                 json.dump(summary, f, indent=2)
             print(

@@ -13,7 +13,9 @@ independently with probability t_b; the prompt is never masked. With L_b the num
     loss = (1 / B) * sum_b (1 / L_b) * sum_{i masked in b} -log p_theta(x_i | masked sequence) / t_b
 
 the same normalisation as LLaDA's SFT code (per-row division by the answer length, then a mean over rows). The 1/t
-weight makes it an upper bound of the completion's negative log-likelihood per token. A row with no masked token
+weight makes it an upper bound of the completion's negative log-likelihood per token. For a block-diffusion model
+(SDAR) the masked row is scored with the staircase layout (`diffusion.block_estimators.StaircaseLogits`): every
+block is predicted from the clean blocks before it, which makes the same formula SDAR's training loss. A row with no masked token
 contributes 0. Masks are drawn from a `torch.Generator` seeded from the training seed (plus the process index), never
 from the global RNG.
 
@@ -44,6 +46,10 @@ SFT_CACHE_VERSION = 1
 
 # The tiny LLaDA used by the embedded CPU default (d_model 128, 4 layers): big enough to learn the built-in task.
 TINY_SFT_MODEL = {"d_model": 128, "n_heads": 4, "n_kv_heads": 4, "n_layers": 4, "mlp_hidden_size": 256}
+# The tiny SDAR (block diffusion, block 4) of the embedded block-diffusion default, the same size.
+TINY_SFT_SDAR_MODEL = {"hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32,
+                       "num_hidden_layers": 4, "intermediate_size": 256}  # fmt: skip
+TINY_ARCHITECTURES = ("llada", "sdar")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -277,8 +283,19 @@ class MaskedDiffusionSFTTrainer(Trainer):
         completion_mask = inputs["completion_mask"]  # (B, L)
         masked, t = sample_completion_masks(completion_mask, self._generator_for(input_ids.device), self.args.mask_eps)
         noisy_ids = torch.where(masked, torch.full_like(input_ids, self.mask_token_id), input_ids)  # (B, L)
-        outputs = model(input_ids=noisy_ids, attention_mask=attention_mask)
-        loss = masked_diffusion_sft_loss(outputs.logits, input_ids, masked, t, completion_mask)
+        config = getattr(getattr(model, "module", model), "config", None)
+        if getattr(config, "model_type", None) == "sdar":
+            from .diffusion.block_estimators import StaircaseLogits
+
+            # block diffusion: each block denoised given the clean blocks before it ([noisy || clean] in one pass)
+            logits = StaircaseLogits(model, int(config.block_size))(
+                torch.cat([noisy_ids, input_ids], 1), torch.cat([attention_mask, attention_mask], 1)
+            )  # (B, L, V): the noisy copy's predictions
+            outputs = None
+        else:
+            outputs = model(input_ids=noisy_ids, attention_mask=attention_mask)
+            logits = outputs.logits
+        loss = masked_diffusion_sft_loss(logits, input_ids, masked, t, completion_mask)
         return (loss, outputs) if return_outputs else loss
 
 
@@ -286,27 +303,34 @@ class MaskedDiffusionSFTTrainer(Trainer):
 # tiny model, training entry points, cache
 
 
-def build_tiny_model(tokenizer, seed: int = 0, **config_overrides):
-    """A freshly initialised tiny LLaDA (`tiny_llada_config_dict` + overrides) sized to `tokenizer`.
+def build_tiny_model(tokenizer, seed: int = 0, architecture: str = "llada", **config_overrides):
+    """A freshly initialised tiny LLaDA (`tiny_llada_config_dict`) or SDAR (`tiny_sdar_config_dict`, architecture
+    "sdar") with the overrides, sized to `tokenizer`.
 
     Initialised from `seed` inside `torch.random.fork_rng`, so the global RNG state is left untouched. The vocabulary,
     mask, EOS and pad ids come from the tokenizer unless overridden.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from . import models  # noqa: F401  (registers model_type "llada")
-    from .tiny import tiny_llada_config_dict
+    from . import models  # noqa: F401  (registers model_types "llada" and "sdar")
+    from .tiny import tiny_llada_config_dict, tiny_sdar_config_dict
 
+    if architecture not in TINY_ARCHITECTURES:
+        raise ValueError(f"architecture={architecture!r}: choose one of {list(TINY_ARCHITECTURES)}.")
     if tokenizer.mask_token_id is None:
         raise ValueError("tokenizer has no mask token; a masked diffusion model needs one (tokenizer.mask_token).")
     defaults = {
         "vocab_size": len(tokenizer),
-        "embedding_size": len(tokenizer),
         "mask_token_id": tokenizer.mask_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
     }
-    config_dict = tiny_llada_config_dict(**{**defaults, **config_overrides})
+    if architecture == "llada":
+        defaults["embedding_size"] = len(tokenizer)
+        config_dict = tiny_llada_config_dict(**{**defaults, **config_overrides})
+    else:
+        defaults["bos_token_id"] = defaults["eos_token_id"]
+        config_dict = tiny_sdar_config_dict(**{**defaults, **config_overrides})
     model_type = config_dict.pop("model_type")
     config = AutoConfig.for_model(model_type, **config_dict)
     with torch.random.fork_rng(devices=[]):
@@ -351,6 +375,7 @@ def prepare_sft_model(
     completion_length: int = 8,
     model_overrides: dict | None = None,
     progress: bool = True,
+    architecture: str = "llada",
     **training_kwargs,
 ) -> str:
     """Path of a tiny LLaDA warmed up by masked-diffusion SFT on `task`'s train split, trained only if not cached.
@@ -359,6 +384,7 @@ def prepare_sft_model(
     moved into place when complete (with `sft_settings.json` recording the settings), so an interrupted run is never
     mistaken for a finished one. A second call with the same settings returns at once. The tokenizer is the tiny
     char-level one (`stabledrl_trl.tiny.build_tiny_tokenizer`).
+    architecture: "llada" (TINY_SFT_MODEL) or "sdar" (block diffusion, TINY_SFT_SDAR_MODEL).
     training_kwargs: further `MaskedDiffusionSFTConfig` fields (e.g. warmup_steps, weight_decay); they are part of
     the cache key.
 
@@ -371,7 +397,10 @@ def prepare_sft_model(
     from .tasks import load_task_dataset
     from .tiny import build_tiny_tokenizer
 
-    model_config = {**TINY_SFT_MODEL, **(model_overrides or {})}
+    if architecture not in TINY_ARCHITECTURES:
+        raise ValueError(f"tiny_architecture={architecture!r}: choose one of {list(TINY_ARCHITECTURES)}.")
+    base_model = TINY_SFT_MODEL if architecture == "llada" else TINY_SFT_SDAR_MODEL
+    model_config = {**base_model, **(model_overrides or {})}
     settings = {
         "task": task,
         "seed": seed,
@@ -383,6 +412,8 @@ def prepare_sft_model(
         "model": model_config,
         "training": training_kwargs,
     }
+    if architecture != "llada":  # the LLaDA key stays as it was, so existing caches remain valid
+        settings["architecture"] = architecture
     target = os.path.join(cache_dir, f"sft-{task}-{sft_cache_key(settings)}")
     if os.path.isfile(os.path.join(target, SFT_SETTINGS_FILE)):
         logger.info("Reusing the cached SFT warm-up checkpoint %s", target)
@@ -391,7 +422,7 @@ def prepare_sft_model(
     os.makedirs(cache_dir, exist_ok=True)
     tokenizer = build_tiny_tokenizer()
     dataset = load_task_dataset(task, "train", num_samples=num_samples, seed=seed)
-    model = build_tiny_model(tokenizer, seed=seed, **model_config)
+    model = build_tiny_model(tokenizer, seed=seed, architecture=architecture, **model_config)
     work_dir = tempfile.mkdtemp(prefix=".sft-tmp-", dir=cache_dir)
     try:
         args = MaskedDiffusionSFTConfig(

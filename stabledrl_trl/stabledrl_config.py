@@ -3,6 +3,8 @@ and DGPO objectives. Every new field is documented below; bad values fail here, 
 
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass, field
 
 from transformers.utils import logging
@@ -19,6 +21,7 @@ _REPORTED_AUTO_MASK_MODES: set = set()
 OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
 TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
+REWARD_TEXTS = ("completion", "canvas")
 ESTIMATOR_NAMES = ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled")
 
 # GRPOConfig defaults this config changes, with the reason. Listed in the README too.
@@ -38,7 +41,14 @@ class StableDRLConfig(GRPOConfig):
     `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
-    positions, split into blocks of `block_length` and decoded in `diffusion_steps` denoising steps.
+    positions, decoded in `diffusion_steps` denoising steps, by LLaDA's sampler in blocks of `block_length` or by
+    Dream's sampler (Dream / DiffuCoder, `diffusion_sampler`) over the whole completion with `dream_alg` ranking.
+    Left unset, `block_length` and `diffusion_steps` follow `max_completion_length` (`resolve_diffusion_layout`:
+    block 32 or the largest divisor <= 32, 2 tokens per step), so a GRPOConfig call needs no new field.
+
+    Run safety: a step with a non-finite gradient norm is skipped (`max_nonfinite_grad_steps` in a row stop the run),
+    a fresh run refuses an output_dir holding checkpoints (`overwrite_output_dir`), and weights load from
+    safetensors only (`allow_pickle_checkpoints`).
 
     Group-exact self-normalisation: `stable_drl` and `stable_drl_ratio` normalise over the G completions of one
     prompt, so each micro-batch must hold whole groups: `per_device_train_batch_size` must be a multiple of
@@ -93,12 +103,20 @@ class StableDRLConfig(GRPOConfig):
     )
 
     # Sampler
-    block_length: int = field(
-        default=32, metadata={"help": "Semi-autoregressive block length; must divide max_completion_length."}
+    block_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Semi-autoregressive block length; must divide max_completion_length. None: 32 (the official "
+            "recipe) when it divides max_completion_length, else the largest divisor of max_completion_length <= 32."
+        },
     )
-    diffusion_steps: int = field(
-        default=128,
-        metadata={"help": "Denoising steps per rollout; must be divisible by max_completion_length / block_length."},
+    diffusion_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Denoising steps per rollout; a multiple of max_completion_length / block_length and at most "
+            "max_completion_length. None: the official ratio of 2 tokens per step (256 positions: 128 steps), rounded "
+            "to a multiple of the number of blocks."
+        },
     )
     remasking: str = field(
         default="low_confidence", metadata={"help": "Which masked positions to reveal: 'low_confidence' or 'random'."}
@@ -238,8 +256,44 @@ class StableDRLConfig(GRPOConfig):
         default=0.9,
         metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
     )
+    # ---- Run safety: non-finite steps, the output folder, checkpoint formats ----
+    max_nonfinite_grad_steps: int = field(
+        default=3,
+        metadata={
+            "help": "An optimiser step whose gradient norm is inf/NaN is skipped (parameters and optimiser state "
+            "untouched), counted (`stabledrl/nonfinite_grad_steps`) and warned about; this many in a row stop the run "
+            "with an error."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a fresh run in an output_dir that already holds checkpoint-* folders, deleting them. "
+            "Without it such a run is refused (resume it with resume_from_checkpoint, or pick another output_dir)."
+        },
+    )
+    allow_pickle_checkpoints: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow loading pickle weights (.bin / .pt model files, which can run code when unpickled). "
+            "Off: only safetensors weights are loaded."
+        },
+    )
+
+    # ---- Reward text: what the reward functions grade ----
+    reward_text: str = field(
+        default="completion",
+        metadata={
+            "help": "Text the reward functions receive as `completions`: 'completion' (TRL's: the completion up to "
+            "and including the first EOS, decoded without special tokens) or 'canvas' (the official StableDRL "
+            "code's: the whole decoded generation canvas without special tokens, so text after the first EOS is "
+            "graded too; diffusion LMs only). The trained tokens (`completion_ids`) are the same either way."
+        },
+    )
 
     def __post_init__(self):
+        check_field_types(self)
+        self._check_trainable_run()
         # Layout checks first: TRL's own check on the same numbers gives a less specific message.
         if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
             if self.num_generations < 2:
@@ -305,20 +359,21 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0.")
+        # Sampler layout: unset block_length / diffusion_steps get defaults that fit max_completion_length; a layout
+        # set explicitly is checked where LLaDA's sampler may run (not for diffusion=False: an autoregressive model
+        # never uses these fields; not for Dream's block-free sampler). The trainer checks again once it knows the
+        # model's sampler.
+        self.block_length, self.diffusion_steps = resolve_diffusion_layout(
+            self.max_completion_length,
+            self.block_length,
+            self.diffusion_steps,
+            check=self.diffusion is not False and self.diffusion_sampler != "dream",
+        )
         self._check_sampler_choice()
-        # LLaDA's sampler layout (only used for diffusion models, but a bad value is a bad value); Dream's sampler
-        # has no blocks, so its settings are checked instead when it is chosen explicitly.
-        from .diffusion.sampler import validate_sampler_args
-
-        if self.diffusion_sampler != "dream":
-            validate_sampler_args(
-                gen_length=self.max_completion_length,
-                block_length=self.block_length,
-                steps=self.diffusion_steps,
-                temperature=self.temperature,
-                remasking=self.remasking,
-                cfg_scale=self.cfg_scale,
-                mask_token_id=0,  # placeholder: the real id is resolved from the model and checked by the trainer
+        if self.reward_text not in REWARD_TEXTS:
+            raise ValueError(
+                f"reward_text={self.reward_text!r}; choose 'completion' (the text up to the first EOS) or 'canvas' "
+                "(the whole decoded generation canvas, as the official StableDRL code grades it)."
             )
         # Block diffusion (SDAR, TraDo)
         from .diffusion.block_sampler import REMASKING_STRATEGIES
@@ -400,17 +455,42 @@ class StableDRLConfig(GRPOConfig):
                 "pass and not in the other gives a log-ratio of about +-25. Fix: set " + ", or ".join(fixes) + "."
             )
 
+    # ---------------------------------------------------------------- drop-in defaults and run-level checks
+
+    def _check_trainable_run(self):
+        """Settings that would train nothing: refused (or warned about when they can be intended)."""
+        if self.num_iterations < 1:
+            raise ValueError(
+                f"num_iterations={self.num_iterations}: each generation batch must be optimised at least once; use "
+                "num_iterations=1 (TRL's default) or 2 (the official StableDRL recipe)."
+            )
+        if self.max_nonfinite_grad_steps < 1:
+            raise ValueError(
+                f"max_nonfinite_grad_steps={self.max_nonfinite_grad_steps} must be >= 1 (consecutive skipped steps "
+                "before the run stops); the default is 3."
+            )
+        if self.temperature == 0 and self.num_generations is not None and self.num_generations > 1:
+            warnings.warn(
+                f"temperature=0 with num_generations={self.num_generations}: greedy decoding gives every completion "
+                "of a prompt the same text, so every advantage is 0 and nothing is learnt. Use temperature > 0 "
+                "(the official StableDRL recipe uses 0.9) unless this is an evaluation-only run.",
+                stacklevel=3,
+            )
+
     # ---- Sampler choice and Dream's sampler ----
     def _check_sampler_choice(self) -> None:
         """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
         ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
         from .diffusion.dream_sampler import validate_dream_sampler_args
+        from .diffusion.family import check_sampler_settings
 
         if self.diffusion_sampler not in ("auto", "llada", "dream"):
             raise ValueError(
                 f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler), "
                 "'llada' or 'dream'."
             )
+        if self.diffusion is False or self.max_completion_length is None:
+            return  # an autoregressive model reads none of the diffusion samplers' settings
         validate_dream_sampler_args(
             gen_length=self.max_completion_length,
             steps=self.diffusion_steps,
@@ -425,32 +505,118 @@ class StableDRLConfig(GRPOConfig):
             check_sampler_settings(self, self.diffusion_sampler)
 
 
-DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
+# --------------------------------------------------------------------------- drop-in helpers (used above)
+
+OFFICIAL_BLOCK_LENGTH = 32
+OFFICIAL_TOKENS_PER_STEP = 2  # 256 positions in 128 steps
 
 
-def check_sampler_settings(args, sampler: str) -> None:
-    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
-    if sampler == "dream":
-        if args.remasking != "low_confidence":
-            raise ValueError(
-                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
-                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
+def resolve_diffusion_layout(
+    max_completion_length: int, block_length: int | None, diffusion_steps: int | None, check: bool = True
+) -> tuple[int, int]:
+    """Fill unset `block_length` / `diffusion_steps` from `max_completion_length` and check the layout.
+
+    block_length None: 32 (official) when it divides L = max_completion_length, else the largest divisor of L <= 32.
+    diffusion_steps None: L / 2 (the official 2 tokens per step), rounded down to a multiple of the number of blocks
+    L / block_length, and at least one step per block; never more steps than positions.
+    `check=False` fills the defaults but leaves a layout the user set explicitly unchecked (for a model that may be
+    autoregressive); `check_diffusion_layout` checks it later. Messages use the config's field names.
+    """
+    length = max_completion_length
+    if length is None:  # TRL's "no limit" for autoregressive models; the trainer refuses it for a dLLM
+        return block_length, diffusion_steps
+    if not _is_int(length) or length < 1:
+        raise ValueError(f"max_completion_length must be a positive integer, got {length!r}.")
+    if block_length is None:
+        block_length = max(d for d in range(1, min(OFFICIAL_BLOCK_LENGTH, length) + 1) if length % d == 0)
+    if diffusion_steps is None and _is_int(block_length) and block_length >= 1 and length % block_length == 0:
+        num_blocks = length // block_length
+        diffusion_steps = num_blocks * max(1, length // OFFICIAL_TOKENS_PER_STEP // num_blocks)
+    if check:
+        check_diffusion_layout(length, block_length, diffusion_steps)
+    return block_length, diffusion_steps
+
+
+def check_diffusion_layout(max_completion_length: int, block_length, diffusion_steps) -> None:
+    """Raise a ValueError naming the config field, its value and the fix for a layout the sampler cannot run."""
+    length = max_completion_length
+    if length is None:
+        raise ValueError(
+            "max_completion_length=None: a diffusion LM decodes a fixed canvas of max_completion_length positions; "
+            "set it (the official StableDRL recipe uses 256)."
+        )
+    if not _is_int(block_length) or block_length < 1:
+        raise ValueError(f"block_length must be a positive integer (or None for the default), got {block_length!r}.")
+    if length % block_length != 0:
+        divisors = [d for d in range(1, length + 1) if length % d == 0 and d <= OFFICIAL_BLOCK_LENGTH]
+        raise ValueError(
+            f"block_length={block_length} must divide max_completion_length={length} (every block has the same "
+            f"length). Set block_length to a divisor of {length} (e.g. {divisors[-1]}), leave it unset for that "
+            f"default, or change max_completion_length to a multiple of {block_length}."
+        )
+    num_blocks = length // block_length
+    if diffusion_steps is None:
+        raise ValueError("diffusion_steps is None; leave both block_length and diffusion_steps unset, or set both.")
+    if not _is_int(diffusion_steps) or diffusion_steps < 1:
+        raise ValueError(
+            f"diffusion_steps must be a positive integer (or None for the default), got {diffusion_steps!r}."
+        )
+    if diffusion_steps % num_blocks != 0:
+        raise ValueError(
+            f"diffusion_steps={diffusion_steps} must be a multiple of the number of blocks max_completion_length / "
+            f"block_length = {length} / {block_length} = {num_blocks} (steps are split evenly across blocks); use "
+            f"e.g. diffusion_steps={num_blocks * max(1, diffusion_steps // num_blocks)}, or leave it unset."
+        )
+    if diffusion_steps > length:
+        raise ValueError(
+            f"diffusion_steps={diffusion_steps} is more than max_completion_length={length}: a step reveals at "
+            f"least one position, so at most {length} steps can do anything. Use diffusion_steps <= {length} "
+            f"(the official ratio is {length // OFFICIAL_TOKENS_PER_STEP or 1}), or leave it unset."
+        )
+
+
+# Fields whose None has a documented TRL meaning although their default is not None.
+NONE_ALLOWED = ("max_completion_length",)  # no limit: transformers' generation config decides (autoregressive only)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_field_types(config) -> None:
+    """Integer fields must hold integers (YAML gives `8.0`, `[8]` or `null` unchanged); floats accept integers.
+
+    None is accepted only where the field's default is None (there it has a documented meaning).
+    """
+    import dataclasses
+    import typing
+
+    hints = _type_hints(type(config))
+    for f in dataclasses.fields(config):
+        hint = hints.get(f.name)
+        if hint is None or not f.init:
+            continue
+        args = set(typing.get_args(hint)) or {hint}
+        value = getattr(config, f.name)
+        kinds = args - {type(None)}
+        if kinds not in ({int}, {float}):
+            continue
+        if value is None:
+            if type(None) in args and (f.default is None or f.name in NONE_ALLOWED):
+                continue
+            raise TypeError(
+                f"{f.name}=None: this field needs {'an integer' if kinds == {int} else 'a number'}; remove the line "
+                f"to keep the default {f.default!r}."
             )
-        if args.cfg_scale != 0:
-            raise ValueError(
-                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
-                "diffusion_sampler='llada'."
-            )
-    else:
-        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
-        if changed:
-            raise ValueError(
-                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
-                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
-                f"{DREAM_SAMPLER_DEFAULTS}."
-            )
-        if args.top_p != 1.0 or args.top_k:
-            raise ValueError(
-                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
-                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
-            )
+        if kinds == {int} and not _is_int(value):
+            fix = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
+            raise TypeError(f"{f.name}={value!r} ({type(value).__name__}) must be an integer{fix}.")
+        if kinds == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{f.name}={value!r} ({type(value).__name__}) must be a number.")
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls) -> dict:
+    import typing
+
+    return typing.get_type_hints(cls)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+import os
 from typing import Any
 
 import torch
@@ -17,12 +19,14 @@ from accelerate.utils import gather
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import (
+    is_async_callable,
     pad,
     split_pixel_values_by_grid,
     split_tensor_dict,
     unsplit_pixel_values_by_grid,
 )
 
+from . import safety
 from .diffusion.adapter import as_diffusion_lm, detect_family
 from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, row_seeds
@@ -35,7 +39,12 @@ from .objectives import (
     stable_drl_loss,
     stable_drl_ratio_loss,
 )
-from .stabledrl_config import GROUP_NORMALISED_LOSS_TYPES, OWN_LOSS_TYPES, StableDRLConfig
+from .stabledrl_config import (
+    GROUP_NORMALISED_LOSS_TYPES,
+    OWN_LOSS_TYPES,
+    StableDRLConfig,
+    check_diffusion_layout,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,42 +61,131 @@ _CLIP_METRICS = {
 _STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER = 1, 2, 3, 4
 
 
+class NonFiniteGradientError(RuntimeError):
+    """Training stopped: repeated non-finite gradient norms, or weights holding inf / NaN at save time."""
+
+
 class RewardFunctionError(RuntimeError):
     """A reward function raised; the message names the function and the sample."""
 
 
+def _check_reward_output(name: str, output, n: int):
+    """A reward function must return one number (or None) per completion: a list, tuple or 1-D array / tensor of
+    Python, NumPy or 0-d tensor numbers (bools read as 0 / 1, as TRL does). A string, a scalar or nested lists is an error naming the function."""
+    import numbers
+
+    one_dim = getattr(output, "ndim", 1) == 1 and hasattr(output, "__len__")
+    if isinstance(output, (str, bytes, dict)) or not one_dim or not hasattr(output, "__iter__"):
+        raise RewardFunctionError(
+            f"Reward function {name!r} returned {type(output).__name__} {output!r:.200}; it must return a list of "
+            f"{n} floats (one per completion, None for a completion it cannot score)."
+        )
+    for i, r in enumerate(output):
+        number = isinstance(r, numbers.Real)  # bool included: TRL reads True as 1.0
+        if r is not None and not number and not (isinstance(r, torch.Tensor) and r.numel() == 1):
+            raise RewardFunctionError(
+                f"Reward function {name!r} returned {type(r).__name__} {r!r:.200} for completion {i}; each reward "
+                "must be a float (or None for a completion it cannot score)."
+            )
+    return output
+
+
 def _wrap_reward_func(func):
-    """Re-raise a reward function's exception with the function's name and the first failing sample."""
+    """Re-raise a reward function's exception with the function's name and the first failing sample, and check
+    what it returns. An async function stays async (TRL awaits it on its event loop)."""
     name = getattr(func, "__name__", type(func).__name__)
+
+    def locate(batch_error, prompts, completions, completion_ids, kwargs, call_one):
+        for i in range(len(completions)):  # find the sample: call it one sample at a time
+            one = {
+                k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v)
+                for k, v in kwargs.items()
+            }
+            try:
+                call_one(
+                    prompts=prompts[i : i + 1],
+                    completions=completions[i : i + 1],
+                    completion_ids=None if completion_ids is None else completion_ids[i : i + 1],
+                    **one,
+                )
+            except Exception:
+                return RewardFunctionError(
+                    f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on sample "
+                    f"{i}: prompt={prompts[i]!r}, completion={completions[i]!r}. Fix the reward function "
+                    "(return None for a completion it cannot score)."
+                )
+        return RewardFunctionError(
+            f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on the batch."
+        )
+
+    if is_async_callable(func):
+
+        @functools.wraps(func)
+        async def wrapped_async(prompts, completions, completion_ids=None, **kwargs):
+            try:
+                out = await func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            except Exception as batch_error:
+
+                def call_one(**kw):  # the event loop is busy running us: run the per-sample calls on a fresh one
+                    import asyncio
+                    import concurrent.futures
+
+                    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                        return pool.submit(asyncio.run, func(**kw)).result()
+
+                raise locate(batch_error, prompts, completions, completion_ids, kwargs, call_one) from batch_error
+            return _check_reward_output(name, out, len(completions))
+
+        return wrapped_async
 
     @functools.wraps(func)
     def wrapped(prompts, completions, completion_ids=None, **kwargs):
         try:
-            return func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            out = func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
         except Exception as batch_error:
-            for i in range(len(completions)):  # find the sample: call it one sample at a time
-                one = {
-                    k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v)
-                    for k, v in kwargs.items()
-                }
-                try:
-                    func(
-                        prompts=prompts[i : i + 1],
-                        completions=completions[i : i + 1],
-                        completion_ids=None if completion_ids is None else completion_ids[i : i + 1],
-                        **one,
-                    )
-                except Exception:
-                    raise RewardFunctionError(
-                        f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on sample "
-                        f"{i}: prompt={prompts[i]!r}, completion={completions[i]!r}. Fix the reward function "
-                        "(return None for a completion it cannot score)."
-                    ) from batch_error
-            raise RewardFunctionError(
-                f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on the batch."
-            ) from batch_error
+            raise locate(batch_error, prompts, completions, completion_ids, kwargs, func) from batch_error
+        return _check_reward_output(name, out, len(completions))
 
     return wrapped
+
+
+def check_diffusion_setup(args: StableDRLConfig, family) -> None:
+    """Diffusion-only checks, run once the model's family is known: LLaDA's block layout where LLaDA's sampler runs,
+    and TRL sampling options no diffusion sampler implements (refused rather than silently ignored). `top_k` /
+    `top_p` are the family's business (`family.check`: Dream's and SDAR's samplers use them, LLaDA's refuses them)."""
+    sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else None
+    if args.max_completion_length is None:
+        check_diffusion_layout(None, args.block_length, args.diffusion_steps)  # raises: a dLLM needs a length
+    if sampler == "llada":
+        check_diffusion_layout(args.max_completion_length, args.block_length, args.diffusion_steps)
+    unsupported = {
+        "min_p": (args.min_p, None),
+        "repetition_penalty": (args.repetition_penalty, 1.0),
+        "generation_kwargs": (args.generation_kwargs, None),
+    }
+    for name, (value, neutral) in unsupported.items():
+        if value != neutral and not (name == "generation_kwargs" and value == {}):
+            raise ValueError(
+                f"{name}={value!r} is a TRL option of autoregressive generation; the masked-diffusion samplers have "
+                f"no equivalent, so it would be silently ignored. Remove it (leave {name}={neutral!r}); the diffusion "
+                "samplers read temperature, top_k / top_p (Dream, SDAR), block_length, diffusion_steps, remasking "
+                "and cfg_scale (LLaDA)."
+            )
+
+
+def _check_inputs_before_loading(model, args: StableDRLConfig, kwargs: dict) -> None:
+    """Checks that need no loaded model: a missing local path, pickle-only weights, an empty dataset."""
+    if isinstance(model, str):
+        safety.check_local_model_path(model)
+        if not args.allow_pickle_checkpoints:
+            safety.check_safetensors_only(model)
+            args.model_init_kwargs = {"use_safetensors": True, **(args.model_init_kwargs or {})}
+    for name in ("train_dataset", "eval_dataset"):
+        data = kwargs.get(name)
+        for key, part in data.items() if isinstance(data, dict) else [(None, data)]:
+            if part is not None and hasattr(part, "__len__") and len(part) == 0:
+                label = name if key is None else f"{name}[{key!r}]"
+                raise ValueError(f"{label} has no rows: nothing would be trained or evaluated. Check the data.")
 
 
 class StableDRLTrainer(GRPOTrainer):
@@ -98,7 +196,8 @@ class StableDRLTrainer(GRPOTrainer):
 
     TRL hooks overridden, and why (tests/test_stabledrl_trainer.py checks each still exists in TRL with the expected
     signature and runs during a training step):
-    - `_generate_single_turn`: diffusion LMs decode with the masked-diffusion sampler instead of `model.generate`.
+    - `_generate_single_turn`: diffusion LMs decode with their family's sampler (LLaDA's, Dream's, ...) instead of
+      `model.generate`.
     - `_get_per_token_logps_and_entropies`: diffusion LMs have no exact log-probs; the chosen estimator supplies
       per-token contributions (their masked mean is the sequence estimate) with masks seeded per row.
     - `_generate_and_score_completions`: after TRL's scoring, adds the old-policy (and reference) estimates each
@@ -106,7 +205,8 @@ class StableDRLTrainer(GRPOTrainer):
     - `_prepare_inputs`: shuffles whole groups instead of rows, so every micro-batch holds whole groups (the
       self-normalised objectives are then exact under accumulation and data parallelism).
     - `_calculate_rewards`: a non-finite reward (inf, or NaN from every function) drops its sample from the group's
-      normalisation instead of entering the advantages.
+      normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
+      row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
     - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation.
     - `training_step`: at the end of each optimiser step, logs `stabledrl/all_clipped` (every sample or token of the
       step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
@@ -138,6 +238,7 @@ class StableDRLTrainer(GRPOTrainer):
                     "(same arguments; it adds the diffusion and objective fields)."
                 )
             raise TypeError(f"args must be a StableDRLConfig, got {type(args).__name__}.")
+        _check_inputs_before_loading(model, args, kwargs)
         if reward_funcs is not None:
             funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
             reward_funcs = [
@@ -159,6 +260,7 @@ class StableDRLTrainer(GRPOTrainer):
                 "diffusion model; set both to False (rollouts then use the masked-diffusion sampler)."
             )
         if self.is_diffusion:
+            check_diffusion_setup(args, self._family_impl)
             # Resolve and validate the mask / EOS / pad ids once (clear errors here, not at step 37).
             self._dlm = as_diffusion_lm(
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
@@ -168,13 +270,186 @@ class StableDRLTrainer(GRPOTrainer):
                 self.eos_token_ids = [self._tokenizer.eos_token_id]
             else:
                 self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
+            embeddings = unwrapped.get_input_embeddings() if hasattr(unwrapped, "get_input_embeddings") else None
+            safety.check_mask_token_id(
+                args.mask_token_id,
+                self._mask_token_id,
+                getattr(getattr(unwrapped, "config", None), "mask_token_id", None),
+                getattr(self._tokenizer, "mask_token_id", None),
+                getattr(embeddings, "num_embeddings", None),
+            )
+        self._check_datasets_and_layout(unwrapped)
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and self.accelerator.num_processes == 1:
+            raise RuntimeError(
+                f"{launched} processes were launched (WORLD_SIZE={launched}) but accelerate runs this one alone "
+                f"(distributed_type={self.accelerator.distributed_type}): each process would train its own copy. On a "
+                "machine without GPUs set use_cpu=True (gloo on the CPU; accelerate has no FSDP on the CPU)."
+            )
+        self._nonfinite_grad_streak = 0
+        self._check_reward_text(args)
+        self._canvas_ids: list[list[int]] | None = None  # reward_text="canvas": this process's last rollout canvases
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
         self._nonfinite_reward_rows = None
         self._step_all_clipped: bool | None = None  # every micro-batch of the current optimiser step fully clipped
         self._all_clipped_streak = 0
 
+    # ------------------------------------------------------------------ run safety
+
+    def _build_accelerator_args(self, **kwargs):
+        """transformers hook: DDP's `find_unused_parameters`. transformers turns it on for any model without
+        activation checkpointing, which costs a graph traversal per step; LLaDA and Dream use every parameter in
+        every forward pass, so it stays off for them unless `ddp_find_unused_parameters` is set explicitly."""
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        accelerator_args = super()._build_accelerator_args(**kwargs)
+        uses_all = self.args.diffusion is not False and detect_family(self.model) in ("llada", "dream")
+        if self.args.ddp_find_unused_parameters is None and uses_all:
+            for handler in accelerator_args.get("kwargs_handlers", []):
+                if isinstance(handler, DistributedDataParallelKwargs):
+                    handler.find_unused_parameters = False
+        return accelerator_args
+
+    def _check_datasets_and_layout(self, unwrapped):
+        """Dataset problems and an eval layout that splits groups, found when the trainer is built."""
+        args = self.args
+        config = getattr(unwrapped, "config", None)
+        max_positions = getattr(config, "max_position_embeddings", None)
+        mask = self._mask_token_id if self.is_diffusion else None
+        datasets = [("train_dataset", self.train_dataset)]
+        evals = self.eval_dataset
+        for key, part in evals.items() if isinstance(evals, dict) else [(None, evals)]:
+            datasets.append(("eval_dataset" if key is None else f"eval_dataset[{key!r}]", part))
+        for name, data in datasets:
+            safety.check_prompt_dataset(data, name, self._tokenizer, mask, max_positions, args.max_completion_length)
+        if self.eval_dataset is not None and self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
+            g = self.num_generations_eval
+            if args.per_device_eval_batch_size % g != 0:
+                raise ValueError(
+                    f"per_device_eval_batch_size={args.per_device_eval_batch_size} is not a multiple of the eval group "
+                    f"size {g} (num_generations_eval, else num_generations): loss_type={self.loss_type!r} normalises "
+                    f"whole groups. Set per_device_eval_batch_size to a multiple of {g}."
+                )
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """transformers hook, run right before `optimizer.step()`: a step with a non-finite gradient norm is skipped.
+
+        The gradients are dropped (`grad = None`), so the optimiser changes neither the parameters nor its moments
+        (the learning-rate schedule still advances); the step is counted (`stabledrl/nonfinite_grad_steps`) and
+        warned about, and `max_nonfinite_grad_steps` in a row stop the run with an error. The norm is the global one
+        (after DDP's all-reduce / over FSDP shards), so every process skips the same steps. DeepSpeed steps inside
+        its engine before this hook: there the guard only counts and stops.
+        """
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        value = float(grad_norm) if grad_norm is not None else 0.0
+        mode = "train"
+        if math.isfinite(value):
+            self._nonfinite_grad_streak = 0
+            self._metrics[mode]["stabledrl/nonfinite_grad_steps"].append(0.0)
+            return grad_norm
+        for p in model.parameters():
+            p.grad = None
+        self._nonfinite_grad_streak += 1
+        self._metrics[mode]["stabledrl/nonfinite_grad_steps"].append(1.0)
+        step = self.state.global_step + 1
+        limit = self.args.max_nonfinite_grad_steps
+        logger.warning(
+            f"Step {step}: gradient norm is {value}; the optimiser step is skipped (parameters unchanged). "
+            f"{self._nonfinite_grad_streak} in a row (limit max_nonfinite_grad_steps={limit})."
+        )
+        if self._nonfinite_grad_streak >= limit:
+            raise NonFiniteGradientError(
+                f"{self._nonfinite_grad_streak} optimiser steps in a row (up to step {step}) had a non-finite "
+                f"gradient norm ({value}); stopping (max_nonfinite_grad_steps={limit}). The parameters are those "
+                "of the last good step. Look for huge or non-finite rewards, a too-large learning_rate, or fp16 "
+                "overflow (use bf16)."
+            )
+        return grad_norm
+
+    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
+        """`Trainer.train`, with the output folder and the checkpoint to resume checked first (see `safety`)."""
+        resume = safety.resolve_resume(
+            resume_from_checkpoint, self.args.output_dir, needs_optimizer=not self.args.save_only_model
+        )
+        if resume is None:
+            safety.check_fresh_output_dir(
+                self.args.output_dir, self.args.overwrite_output_dir, self.accelerator.is_main_process
+            )
+            self.accelerator.wait_for_everyone()
+        elif not self.args.allow_pickle_checkpoints:
+            safety.check_safetensors_only(resume, what="checkpoint")
+        self._nonfinite_grad_streak = 0
+        return super().train(resume_from_checkpoint=resume, trial=trial, **kwargs)
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        """`Trainer.save_model`, refusing to write weights that hold inf / NaN (checked on every process)."""
+        bad = safety.nonfinite_parameters(self.model)
+        found = float(len(bad))
+        if self.is_fsdp_enabled or self.is_deepspeed_enabled:
+            # sharded parameters: every process saves collectively, so every process must take the same decision
+            found = float(self.accelerator.reduce(torch.tensor([found], device=self.accelerator.device), "sum"))
+        if found > 0:
+            raise NonFiniteGradientError(
+                f"Refusing to save to {output_dir or self.args.output_dir}: parameters hold inf/NaN "
+                f"({', '.join(bad[:3]) or 'on another process'}). The last checkpoint holds the last good weights."
+            )
+        return super().save_model(output_dir, _internal_call=_internal_call)
+
+    def _save_checkpoint(self, model, trial):
+        try:
+            return super()._save_checkpoint(model, trial)
+        except OSError as error:
+            if not safety.is_disk_full(error):
+                raise
+            raise OSError(
+                error.errno,
+                f"Disk full while saving checkpoint-{self.state.global_step} to {self.args.output_dir} ({error}). "
+                "That folder is incomplete (resume skips it); free space or set save_total_limit, then resume.",
+            ) from error
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """The model card (README.md in output_dir): names StableDRL and the objective actually used, cites the
+        paper, and shows how to load the model (`import stabledrl_trl` first) and decode it with this package's
+        sampler (a diffusion LM has no `pipeline("text-generation")`)."""
+        if not self.is_world_process_zero():
+            return
+        from .model_card import build_model_card
+
+        card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags)
+        card.save(os.path.join(self.args.output_dir, "README.md"))
+
     # ------------------------------------------------------------------ helpers
+
+    def _check_reward_text(self, args) -> None:
+        """reward_text="canvas" needs a diffusion rollout canvas of exactly the rows TRL scores."""
+        if args.reward_text != "canvas":
+            return
+        if not self.is_diffusion:
+            raise ValueError(
+                "reward_text='canvas' grades the whole generation canvas of a diffusion LM, but this model generates "
+                "autoregressively (no canvas, nothing after its EOS); set reward_text='completion'."
+            )
+        if self.rollout_func is not None or self.tools:
+            raise ValueError(
+                "reward_text='canvas' is not available with rollout_func or tools (their completions are not one "
+                "sampler canvas per row); set reward_text='completion'."
+            )
+
+    def _canvas_completions(self, completions: list) -> list:
+        """`completions` with each text replaced by its row's decoded canvas (special tokens skipped), in the
+        structure TRL builds: a string, or one assistant message for conversational prompts."""
+        canvases, self._canvas_ids = self._canvas_ids, None
+        if canvases is None or len(canvases) != len(completions):
+            raise RuntimeError(
+                f"reward_text='canvas': expected the rollout canvases of the {len(completions)} completions being "
+                f"scored, found {'none' if canvases is None else len(canvases)}."
+            )
+        texts = self.processing_class.batch_decode(canvases, skip_special_tokens=True)
+        return [
+            text if isinstance(c, str) else [{"role": "assistant", "content": text}]
+            for c, text in zip(completions, texts, strict=True)
+        ]
 
     def _adapter(self, model):
         return as_diffusion_lm(
@@ -233,6 +508,8 @@ class StableDRLTrainer(GRPOTrainer):
         completion_ids = [
             c[m.bool()].tolist() for c, m in zip(out.completion_ids.cpu(), out.completion_mask.cpu(), strict=True)
         ]
+        if self.args.reward_text == "canvas":
+            self._canvas_ids = out.completion_ids.cpu().tolist()  # (B, C): the whole canvas, after the EOS too
         return completion_ids, None
 
     def _get_per_token_logps_and_entropies(
@@ -270,12 +547,17 @@ class StableDRLTrainer(GRPOTrainer):
         return est.token_logps, entropies, None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self.args.reward_text == "canvas":
+            # TRL scores this process's rows here and gathers only the rewards, so the rows are the rollout's rows.
+            completions = self._canvas_completions(completions)
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N_global, F)
         # A non-finite reward drops its sample from the group (marked here, applied to the advantages below);
         # None (NaN) from every function is TRL's "unscorable" and is treated the same way.
-        bad = torch.isinf(rewards).any(dim=1) | torch.isnan(rewards).all(dim=1)
+        # A finite reward whose square overflows float32 is treated as inf (it would overflow the gradient).
+        overflow = rewards.abs() > safety.OVERFLOW_LIMIT  # (N_global, F); False for NaN
+        bad = overflow.any(dim=1) | torch.isnan(rewards).all(dim=1)
         self._nonfinite_reward_rows = bad
-        return torch.where(torch.isinf(rewards), torch.nan, rewards)
+        return torch.where(overflow, torch.nan, rewards)
 
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
@@ -289,6 +571,7 @@ class StableDRLTrainer(GRPOTrainer):
             n_local = output["advantages"].shape[0]
             start = self.accelerator.process_index * n_local
             bad = self._nonfinite_reward_rows[start : start + n_local].to(output["advantages"].device)
+            bad = bad | ~torch.isfinite(output["advantages"]) | (output["advantages"].abs() > safety.OVERFLOW_LIMIT)
             if self.loss_type in OWN_LOSS_TYPES:
                 output["advantages"] = torch.where(bad, torch.nan, output["advantages"])
             self._metrics[mode]["stabledrl/nonfinite_rewards"].append(float(self._nonfinite_reward_rows.sum()))
@@ -476,7 +759,7 @@ class StableDRLTrainer(GRPOTrainer):
         def seq_mean(x):
             return (x * mask).sum(-1) / n_tok  # (B,)
 
-        g = self.num_generations
+        g = self.num_generations if mode == "train" else self.num_generations_eval
         groups_here = advantages.shape[0] // g
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         if self.loss_type == "stable_drl":

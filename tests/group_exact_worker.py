@@ -22,7 +22,6 @@ def run(out_path: str, loss_type: str = "stable_drl", grad_accum: int = 2, steps
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from stabledrl_trl import StableDRLConfig, StableDRLTrainer
-    from stabledrl_trl.objectives import stable_drl_loss, stable_drl_ratio_loss
     from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
 
     tok = build_tiny_tokenizer()
@@ -109,9 +108,23 @@ def run(out_path: str, loss_type: str = "stable_drl", grad_accum: int = 2, steps
                 }
             )
     rows = gather_object(rows)  # process order = global group order
-    if not trainer.accelerator.is_main_process:
-        return None
+    result = (
+        _reference(trainer, initial, final, rows, loss_type, g, args, out_path)
+        if trainer.accelerator.is_main_process
+        else None
+    )
+    # Every process leaves together: a rank that exits while another still holds the process group can be aborted
+    # by gloo when the peer's sockets close under it.
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return result
+
+
+def _reference(trainer, initial, final, rows, loss_type, g, args, out_path):
     from trl.trainer.utils import pad
+
+    from stabledrl_trl.objectives import stable_drl_loss, stable_drl_ratio_loss
 
     def stack(key, side):
         return pad([r[key] for r in rows], padding_value=0, padding_side=side)

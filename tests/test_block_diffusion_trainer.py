@@ -124,3 +124,46 @@ def test_masked_eos_tail_is_refused_for_block_diffusion(tmp_path):
     with pytest.raises(ValueError, match="eos_tail='masked'.*SDAR"):
         StableDRLTrainer(model=make_sdar(), reward_funcs=digit_reward, args=make_args(tmp_path, eos_tail="masked"),
                          train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
+
+
+def test_sdar_resumed_run_replays_exactly(tmp_path):
+    """Train 4 steps saving at 2; a new trainer resumed from checkpoint-2 logs the same steps 3-4 (rollout noise and
+    mask seeds derive from the seed and the step; the checkpoint holds SDAR's config and weight names)."""
+    import json
+
+    def trainer_for(out):
+        args = make_args(tmp_path, output_dir=str(out), max_steps=4, save_strategy="steps", save_steps=2,
+                         mask_seed_mode="fresh", num_iterations=2)  # fmt: skip
+        return StableDRLTrainer(model=make_sdar(seed=3), reward_funcs=digit_reward, args=args,
+                                train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
+
+    full = trainer_for(tmp_path / "full")
+    full.train()
+    saved = json.loads((tmp_path / "full" / "checkpoint-2" / "config.json").read_text())
+    assert saved["model_type"] == "sdar" and "rope_theta" in saved and saved["block_size"] == 4
+    resumed = trainer_for(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+
+    def logs(trainer):
+        return {h["step"]: h for h in trainer.state.log_history if "loss" in h}
+
+    expected, got = logs(full), logs(resumed)
+    assert "reward" in expected[3] and "stabledrl/weight_mean" in expected[4]
+    for step in (3, 4):
+        keys = [k for k in ("loss", "reward", "stabledrl/weight_mean", "grad_norm") if k in expected[step]]
+        assert set(keys) <= set(got[step])
+        for key in keys:
+            assert got[step][key] == pytest.approx(expected[step][key], rel=1e-5, abs=1e-7), (step, key)
+
+
+def test_block_fields_are_refused_for_a_full_attention_model(tmp_path):
+    """block_* fields would be ignored by LLaDA's sampler: the trainer refuses them with the fix."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from stabledrl_trl.tiny import tiny_llada_config_dict
+
+    llada = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_llada_config_dict()))
+    with pytest.raises(ValueError, match="block_remasking.*block-diffusion sampler"):
+        StableDRLTrainer(model=llada, reward_funcs=digit_reward,
+                         args=make_args(tmp_path, block_remasking="low_confidence_static"),
+                         train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip

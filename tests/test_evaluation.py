@@ -27,10 +27,11 @@ def one_thread():
 class FixedAnswerModel(torch.nn.Module):
     """Predicts the token sequence `answer_ids` on the last GEN positions, whatever the prompt (logit +50)."""
 
-    def __init__(self, answer_ids: list[int], vocab_size: int = 101):
+    def __init__(self, answer_ids: list[int], vocab_size: int = 101, gen: int = GEN):
         super().__init__()
         self.vocab_size = vocab_size
-        self.answer_ids = answer_ids + [EOS] * (GEN - len(answer_ids))
+        self.gen = gen
+        self.answer_ids = answer_ids + [EOS] * (gen - len(answer_ids))
         self.anchor = torch.nn.Parameter(torch.zeros(()))  # gives the module a device
         self.calls = []
 
@@ -39,7 +40,7 @@ class FixedAnswerModel(torch.nn.Module):
         batch, length = input_ids.shape
         logits = torch.zeros(batch, length, self.vocab_size)  # (B, L, V)
         for j, token in enumerate(self.answer_ids):
-            logits[:, length - GEN + j, token] = 50.0
+            logits[:, length - self.gen + j, token] = 50.0
         return SimpleNamespace(logits=logits)
 
 
@@ -153,3 +154,157 @@ def test_bad_arguments(tiny_tokenizer, tiny_llada):
         _tiny_eval(tiny_llada, tiny_tokenizer, [])
     with pytest.raises(ValueError, match="unknown task"):
         evaluate_model(tiny_llada, tiny_tokenizer, rows, "no_such_task", gen_length=8, block_length=8, steps=8)
+
+
+def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
+    """An SDAR model is evaluated with its cached block sampler: the records equal block_generate's completions."""
+    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+    from stabledrl_trl.diffusion.block_sampler import block_generate
+    from stabledrl_trl.evaluation import render_prompt
+    from stabledrl_trl.sft import build_tiny_model
+
+    model = build_tiny_model(tiny_tokenizer, seed=1, architecture="sdar").eval()
+    rows = _rows(["4131", "9876", "5501"])
+    result = evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward, gen_length=GEN, block_length=8,
+                            steps=8, temperature=0.0, batch_size=2, progress=False,
+                            block_remasking="low_confidence_static")  # fmt: skip
+    adapter = as_diffusion_lm(model, tiny_tokenizer)
+    for row, record in zip(rows, result["records"]):
+        ids = torch.tensor([tiny_tokenizer(render_prompt(tiny_tokenizer, row["prompt"]), add_special_tokens=False)[
+            "input_ids"]])  # fmt: skip
+        out = block_generate(model, ids, torch.ones_like(ids), mask_token_id=MASK, eos_token_ids=adapter.eos_token_ids,
+                             pad_token_id=EOS, block_size=4, gen_length=GEN, temperature=0.0,
+                             remasking="low_confidence_static")  # fmt: skip
+        text = tiny_tokenizer.decode(out.completion_ids[0][out.completion_mask[0].bool()], skip_special_tokens=True)
+        assert record["completion"] == text
+    with pytest.raises(ValueError, match="denoising_steps=8 exceeds"):
+        evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward, gen_length=GEN, block_length=8,
+                       steps=8, progress=False, block_denoising_steps=8)  # fmt: skip
+
+
+# ---- grading: the tasks' tagged correctness reward or the official StableDRL grading
+
+
+def _evaluate_fixed(tokenizer, answer, rows, task, grading):
+    gen = 32
+    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [EOT]
+    adapter = DiffusionAdapter(FixedAnswerModel(answer_ids, gen=gen), "llada", MASK, (EOS, EOT), EOS)
+    return evaluate_model(
+        adapter, tokenizer, rows, task, gen_length=gen, block_length=gen, steps=gen, progress=False, grading=grading
+    )
+
+
+def test_official_grading_counts_completions_with_the_full_official_score(tiny_tokenizer):
+    from stabledrl_trl.tasks import countdown
+
+    # Every row gets the completion "<answer>3*4</answer>" (= 12). Official scores: 1 (exact), 1 (a subset of the
+    # numbers is accepted), 0.1 (tagged but wrong), 0.1 (a number not in the list); tagged correctness: 1, 0, 0, 0.
+    cases = [([3, 4], 12), ([3, 4, 5], 12), ([3, 4], 13), ([2, 6], 12)]
+    rows = [countdown.format_example_official({"nums": n, "target": t}) for n, t in cases]
+    official = _evaluate_fixed(tiny_tokenizer, "<answer>3*4</answer>", rows, "countdown", "official")
+    assert [r["completion"] for r in official["records"]] == ["<answer>3*4</answer>"] * 4
+    assert [r["reward"] for r in official["records"]] == pytest.approx([1.0, 1.0, 0.1, 0.1])
+    assert [r["correct"] for r in official["records"]] == [True, True, False, False]
+    assert official["accuracy"] == 0.5  # the fraction at full score, not the mean score (0.55)
+    assert (official["grading"], official["full_score"], official["n"]) == ("official", 1.0, 4)
+    tagged = _evaluate_fixed(tiny_tokenizer, "<answer>3*4</answer>", rows, "countdown", None)
+    assert [r["reward"] for r in tagged["records"]] == [1.0, 0.0, 0.0, 0.0]
+    assert (tagged["accuracy"], tagged["grading"], tagged["full_score"]) == (0.25, "tagged", None)
+    assert "correct" not in tagged["records"][0]
+
+
+def test_official_grading_of_plus_minus_one_rewards(tiny_tokenizer):
+    from stabledrl_trl.tasks import get_task
+
+    # GSM8K's official reward is +1 / -1: accuracy is the fraction at +1 (1/2), not the mean reward (0).
+    rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": a} for a in ("12", "13")]
+    result = _evaluate_fixed(tiny_tokenizer, "so \\boxed{12}", rows, get_task("gsm8k"), "official")
+    assert [r["reward"] for r in result["records"]] == [1.0, -1.0]
+    assert result["accuracy"] == 0.5
+
+
+def test_grading_errors(tiny_tokenizer):
+    rows = _rows(["4321"])
+    with pytest.raises(ValueError, match="grading='official': task 'digit_sort' has no official"):
+        _evaluate_fixed(tiny_tokenizer, "1234", rows, "digit_sort", "official")
+    with pytest.raises(ValueError, match="grading='exact'; choose one of tagged, official"):
+        _evaluate_fixed(tiny_tokenizer, "1234", rows, "digit_sort", "exact")
+    with pytest.raises(ValueError, match="pass the task"):
+        _evaluate_fixed(tiny_tokenizer, "1234", rows, digit_sort_correctness_reward, "official")
+    custom = _evaluate_fixed(tiny_tokenizer, "1234", rows, digit_sort_correctness_reward, None)
+    assert (custom["grading"], custom["accuracy"]) == ("custom", 1.0)
+
+
+def _tiny_dream():
+    from stabledrl_trl.models.dream import DreamConfig, DreamModel
+
+    config = DreamConfig(vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, mask_token_id=MASK, eos_token_id=EOS,
+                         pad_token_id=EOS, bos_token_id=EOS)  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return DreamModel(config).eval()
+
+
+def test_each_family_is_evaluated_with_its_training_sampler(tiny_tokenizer, tiny_llada, monkeypatch):
+    from stabledrl_trl.diffusion import family as family_module
+    from stabledrl_trl.diffusion.dream_sampler import generate as dream_generate
+
+    calls = []
+    for name, sampler in dict(family_module.SAMPLERS).items():
+
+        def spy(*args, _name=name, _sampler=sampler):
+            calls.append(_name)
+            return _sampler(*args)
+
+        monkeypatch.setitem(family_module.SAMPLERS, name, spy)
+    rows = _rows(["4131", "0000"])
+    dream = _tiny_dream()
+    result = _tiny_eval(dream, tiny_tokenizer, rows, temperature=0.0, dream_alg="maskgit_plus", batch_size=2)
+    assert calls == ["dream"]
+    # the completions are Dream's sampler's, run directly on the same left-padded prompts
+    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+    from stabledrl_trl.evaluation import render_prompt
+
+    ids = [
+        tiny_tokenizer(render_prompt(tiny_tokenizer, r["prompt"]), add_special_tokens=False)["input_ids"] for r in rows
+    ]
+    prompt, mask = left_pad(ids, EOS)
+    out = dream_generate(as_diffusion_lm(dream, tiny_tokenizer), prompt, mask, mask_token_id=MASK, gen_length=GEN,
+                         steps=4, alg="maskgit_plus", eos_token_ids=(EOS, EOT))  # fmt: skip
+    expected = [tiny_tokenizer.decode(c[m.bool()].tolist(), skip_special_tokens=True)
+                for c, m in zip(out.completion_ids, out.completion_mask)]  # fmt: skip
+    assert [r["completion"] for r in result["records"]] == expected
+    _tiny_eval(dream, tiny_tokenizer, rows, sampler="llada")
+    _tiny_eval(tiny_llada, tiny_tokenizer, rows)
+    assert calls == ["dream", "llada", "llada"]
+    with pytest.raises(ValueError, match="top_p"):
+        _tiny_eval(tiny_llada, tiny_tokenizer, rows, top_p=0.9)
+    with pytest.raises(ValueError, match="sampler="):
+        _tiny_eval(tiny_llada, tiny_tokenizer, rows, sampler="fast")
+
+
+def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenizer, monkeypatch):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from stabledrl_trl.diffusion import family as family_module
+    from stabledrl_trl.tiny import tiny_sdar_config_dict
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        sdar = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_sdar_config_dict())).eval()
+    calls = []
+    block_generate = family_module.block_generate
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["block_size"])
+        return block_generate(*args, **kwargs)
+
+    monkeypatch.setattr(family_module, "block_generate", counted)
+    # block_length=3 would be an invalid LLaDA layout: it is not checked, LLaDA's sampler does not run
+    result = _tiny_eval(sdar, tiny_tokenizer, _rows(["4131", "0000"]), block_length=3)
+    assert calls and result["num_rows"] == 2
+    with pytest.raises(ValueError, match="diffusion_sampler='dream'"):
+        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), sampler="dream")
+    with pytest.raises(ValueError, match="dream_alg"):  # a setting its sampler would ignore
+        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), dream_alg="origin")

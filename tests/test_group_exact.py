@@ -28,27 +28,74 @@ def test_gradient_accumulation_equals_whole_batch(tmp_path, loss_type):
     assert result["max_abs_diff"] < 1e-6, result
 
 
+def clean_env() -> dict:
+    """A fresh shell's environment: nothing a launcher or an earlier in-process test may have left behind."""
+    drop = (
+        "ACCELERATE_",
+        "MASTER_",
+        "TORCHELASTIC_",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    return env
+
+
 @pytest.mark.slow
 def test_two_processes_equal_whole_batch(tmp_path):
+    """Two gloo processes. Deterministic on a busy machine: torchrun's standalone rendezvous binds a port the OS
+    chooses (a fixed port collides with any other run using it at the same moment), the environment is a clean one,
+    and the worker's processes leave the process group together."""
     out = tmp_path / "result.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     cmd = [
         sys.executable,
         "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        os.path.join(ROOT, "configs", "accelerate", "cpu_2proc.yaml"),
-        "--main_process_port",
-        "29517",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
         os.path.join(HERE, "group_exact_worker.py"),
         "--out",
         str(out),
         "--grad_accum",
         "1",
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["num_processes"] == 2 and result["num_groups"] == 2
     assert result["max_abs_update"] > 1e-3
     assert result["max_abs_diff"] < 1e-6, result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_grade_each_row_on_its_own_canvas(tmp_path):
+    """reward_text="canvas": TRL scores each process's rows locally, so every row meets its own rollout canvas."""
+    out = tmp_path / "result.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", os.path.join(ROOT, "configs", "accelerate", "cpu_2proc.yaml"),
+        "--main_process_port", str(_free_port()),
+        os.path.join(HERE, "reward_text_worker.py"), "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert result["num_processes"] == 2 and len(rows) == 8 and {r["rank"] for r in rows} == {0, 1}
+    for r in rows:  # the prompt's digit, the EOS (skipped), then the tail its own process wrote
+        assert r["cut"] == r["prompt_digit"] and r["text"].startswith(r["prompt_digit"] + f"p{r['rank']}n"), r
+    assert len({r["text"] for r in rows if r["rank"] == 0}) == 4  # four distinct canvases per process

@@ -43,8 +43,13 @@ def test_every_new_field_is_documented():
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        (dict(max_completion_length=60, block_length=32), ["block_length", "32", "60"]),
-        (dict(max_completion_length=64, block_length=32, diffusion_steps=33), ["steps", "33"]),
+        (dict(max_completion_length=60, block_length=32), ["block_length=32", "max_completion_length=60", "30"]),
+        (
+            dict(max_completion_length=64, block_length=32, diffusion_steps=33),
+            ["diffusion_steps=33", "multiple of", "= 2", "diffusion_steps=32"],
+        ),
+        (dict(max_completion_length=8, block_length=4, diffusion_steps=16), ["diffusion_steps=16", "<= 8"]),
+        (dict(num_iterations=0), ["num_iterations=0", "num_iterations=1"]),
         (dict(loss_type="ppo"), ["loss_type", "ppo", "stable_drl"]),
         (dict(likelihood_estimator="exact"), ["likelihood_estimator", "exact", "block_random"]),
         (dict(clip_c=1.0), ["clip_c", "1.0", "5.0"]),
@@ -83,6 +88,8 @@ def test_every_new_field_is_documented():
         (dict(diffusion_sampler="llada", dream_alg="maskgit_plus"), ["dream_alg", "maskgit_plus", "'dream'"]),
         (dict(diffusion_sampler="llada", top_p=0.95), ["top_p", "0.95", "LLaDA"]),
         (dict(diffusion_sampler="llada", top_k=20), ["top_k", "20", "LLaDA"]),
+        # reward text
+        (dict(reward_text="full"), ["reward_text", "full", "'canvas'", "'completion'"]),
     ],
 )
 def test_bad_values_fail_at_construction(tmp_path, kwargs, words):
@@ -190,6 +197,72 @@ def test_meaningful_pairings_are_accepted(tmp_path, kwargs):
     assert cfg.mask_seed_mode == kwargs["mask_seed_mode"]
 
 
+@pytest.mark.parametrize(
+    "length, block, steps",
+    [
+        (256, 32, 128),  # the official recipe: 8 blocks of 32, 2 tokens per step
+        (8, 8, 4),  # shorter than a block: one block of the whole length
+        (1, 1, 1),  # never fewer than one step per block, never more steps than positions
+        (3, 3, 1),
+        (60, 30, 30),  # 32 does not divide 60: the largest divisor <= 32
+        (100, 25, 48),  # 4 blocks; 50 steps rounded down to a multiple of 4
+        (512, 32, 256),
+    ],
+)
+def test_unset_diffusion_fields_take_length_derived_defaults(tmp_path, length, block, steps):
+    cfg = make(tmp_path, max_completion_length=length, block_length=None, diffusion_steps=None)
+    assert (cfg.block_length, cfg.diffusion_steps) == (block, steps)
+    assert length % block == 0 and steps % (length // block) == 0 and steps <= length
+
+
+def test_explicit_block_length_keeps_it_and_derives_steps(tmp_path):
+    cfg = make(tmp_path, max_completion_length=64, block_length=8, diffusion_steps=None)
+    assert (cfg.block_length, cfg.diffusion_steps) == (8, 32)
+
+
+def test_defaults_fit_a_short_completion_length(tmp_path):
+    # A plain GRPOConfig-style call with only a short length: no diffusion field to set by hand.
+    cfg = StableDRLConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", max_completion_length=8
+    )
+    assert (cfg.block_length, cfg.diffusion_steps) == (8, 4)
+    official = StableDRLConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    assert (official.max_completion_length, official.block_length, official.diffusion_steps) == (256, 32, 128)
+
+
+def test_diffusion_fields_are_not_checked_for_an_autoregressive_model(tmp_path):
+    cfg = make(tmp_path, diffusion=False, max_completion_length=8, block_length=32, diffusion_steps=128)
+    assert cfg.block_length == 32  # unused by an autoregressive model, left as given
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(num_generations=8.0, per_device_train_batch_size=8), ["num_generations=8.0", "integer", "write 8"]),
+        (dict(num_generations=[4]), ["num_generations=[4]", "integer"]),
+        (dict(num_generations=None), ["num_generations=None", "default 8"]),
+        (dict(max_steps=2.5), ["max_steps=2.5", "integer"]),
+        (dict(learning_rate="fast"), ["learning_rate='fast'", "number"]),
+        (dict(diffusion_steps=4.0), ["diffusion_steps=4.0", "integer"]),
+    ],
+)
+def test_wrong_types_from_yaml_fail_at_construction(tmp_path, kwargs, words):
+    with pytest.raises(TypeError) as info:
+        make(tmp_path, **kwargs)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_integers_for_float_fields_and_none_where_default_is_none_are_accepted(tmp_path):
+    cfg = make(tmp_path, learning_rate=1, num_generations_eval=None, temperature=1)
+    assert cfg.learning_rate == 1 and cfg.num_generations_eval is None
+
+
+def test_greedy_rollouts_with_several_generations_warn(tmp_path):
+    with pytest.warns(UserWarning, match="temperature=0"):
+        make(tmp_path, temperature=0.0)
+
+
 def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
     cfg = make(tmp_path)
     assert (cfg.diffusion_sampler, cfg.dream_alg, cfg.dream_alg_temp, cfg.dream_eps) == ("auto", "entropy", 0.0, 1e-3)
@@ -200,3 +273,19 @@ def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
     for sampler in ("auto", "llada"):
         with pytest.raises(ValueError, match="block_length"):
             make(tmp_path, diffusion_sampler=sampler, max_completion_length=60, diffusion_steps=7)
+    # the "unchanged" check of Dream-only settings compares against the fields' own defaults
+    from stabledrl_trl.diffusion.family import DREAM_SAMPLER_DEFAULTS
+
+    assert {
+        k: StableDRLConfig.__dataclass_fields__[k].default for k in DREAM_SAMPLER_DEFAULTS
+    } == DREAM_SAMPLER_DEFAULTS
+
+
+def test_no_completion_length_limit_is_kept_for_autoregressive_models(tmp_path):
+    # TRL's max_completion_length=None (no limit) stays valid; a diffusion LM is refused it by the trainer.
+    cfg = make(tmp_path, max_completion_length=None, block_length=None, diffusion_steps=None)
+    assert cfg.max_completion_length is None
+    from stabledrl_trl.stabledrl_config import check_diffusion_layout
+
+    with pytest.raises(ValueError, match="max_completion_length=None: a diffusion LM"):
+        check_diffusion_layout(None, cfg.block_length, cfg.diffusion_steps)

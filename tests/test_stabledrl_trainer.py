@@ -693,3 +693,159 @@ def test_completion_end_decides_which_eos_ends_the_scored_completion(tmp_path, m
     completions, _ = trainer._generate_single_turn([[3, 20, 4]], None, None, 1)
     assert completions == [expected]
     assert (seen["eos"] == (0,)) == (completion_end == "tokenizer_eos")
+
+
+# ---- reward_text: the completion up to the first EOS (TRL) or the whole rollout canvas (official StableDRL)
+
+
+def _canvas_rollouts(tok, calls):
+    """A family `generate` stand-in: row k of the run gets the canvas  "<k%10>" EOS "a<k>"  then EOS padding."""
+    from stabledrl_trl.diffusion.sampler import SamplerOutput
+
+    def encode(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    def generate(adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+        rows, masks = [], []
+        for _ in range(prompt_ids.size(0)):
+            k = len(calls)
+            head, tail = encode(str(k % 10)) + [tok.eos_token_id], encode(f"a{k}")
+            canvas = head + tail
+            canvas += [tok.eos_token_id] * (args.max_completion_length - len(canvas))
+            rows.append(canvas)
+            masks.append([1] * len(head) + [0] * (len(canvas) - len(head)))
+            calls.append((f"{k % 10}", f"{k % 10}a{k}", head))
+        return SamplerOutput(torch.tensor(rows), torch.tensor(masks))
+
+    return generate
+
+
+@pytest.mark.parametrize("conversational", [True, False])
+@pytest.mark.parametrize("reward_text", ["completion", "canvas"])
+def test_reward_text_grades_the_cut_completion_or_the_whole_canvas(tmp_path, monkeypatch, reward_text, conversational):
+    tok = build_tiny_tokenizer()
+    seen = []
+
+    def recording_reward(prompts, completions, completion_ids, **kw):
+        seen.append((list(completions), [list(ids) for ids in completion_ids]))
+        return [float(i) for i in range(len(completions))]  # varied: non-zero advantages
+
+    dataset = make_dataset()
+    if not conversational:
+        dataset = Dataset.from_list([{"prompt": f"{i}+{i + 1}="} for i in range(8)])
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=recording_reward,
+        args=make_args(tmp_path, max_steps=2, reward_text=reward_text),
+        train_dataset=dataset,
+        processing_class=tok,
+    )
+    calls = []
+    monkeypatch.setattr(trainer._family_impl, "generate", _canvas_rollouts(tok, calls))
+    trainer.train()
+
+    assert len(seen) == 2 and len(calls) == 8  # two generation batches of 4 rows
+    texts = [c for batch, _ in seen for c in batch]
+    expected_text = [canvas if reward_text == "canvas" else cut for cut, canvas, _ in calls]
+    if conversational:
+        assert texts == [[{"role": "assistant", "content": t}] for t in expected_text]
+    else:
+        assert texts == expected_text
+    # the trained tokens (and the completion_ids the reward sees) end at the EOS either way
+    assert [ids for _, batch in seen for ids in batch] == [head for _, _, head in calls]
+
+
+def test_reward_text_canvas_is_refused_for_autoregressive_models(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    with pytest.raises(ValueError, match="reward_text='canvas'.*autoregressively.*reward_text='completion'"):
+        StableDRLTrainer(
+            model=LlamaForCausalLM(config),
+            reward_funcs=digit_reward,
+            args=make_args(tmp_path, reward_text="canvas"),
+            train_dataset=make_dataset(),
+            processing_class=tok,
+        )
+
+
+def test_saved_models_are_in_lladas_format_and_checkpoints_resume_exactly(tmp_path, llada_fixture_dir):
+    """Checkpoints and the final model carry LLaDA's weight names, config keys and auto_map (LLaDA's own code loads
+    them); resuming from such a checkpoint reproduces the uninterrupted run's weights exactly."""
+    import json
+
+    from safetensors.torch import load_file
+
+    def trainer_for(out, **kw):
+        args = make_args(tmp_path, output_dir=str(out), mask_token_id=317, max_steps=2, **kw)
+        return StableDRLTrainer(
+            model=str(llada_fixture_dir),
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=build_tiny_tokenizer(),
+        )
+
+    full = trainer_for(tmp_path / "full", save_strategy="steps", save_steps=1)
+    full.train()
+    full.save_model(str(tmp_path / "final"))
+    fixture_names = sorted(load_file(str(llada_fixture_dir / "model.safetensors")))
+    fixture_config = json.loads((llada_fixture_dir / "config.json").read_text())
+    for folder in (tmp_path / "full" / "checkpoint-1", tmp_path / "final"):
+        assert sorted(load_file(str(folder / "model.safetensors"))) == fixture_names
+        saved = json.loads((folder / "config.json").read_text())
+        for key in ("auto_map", "model_type", "rope_theta", "d_model", "n_layers", "embedding_size", "weight_tying"):
+            assert saved[key] == fixture_config[key], key
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    initial = load_file(str(llada_fixture_dir / "model.safetensors"))
+    assert not torch.equal(
+        final["model.transformer.blocks.0.ff_proj.weight"], initial["model.transformer.blocks.0.ff_proj.weight"]
+    )
+
+    resumed = trainer_for(tmp_path / "resumed", save_strategy="no")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))
+    for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_trained_dream_is_saved_in_dreams_format(tmp_path):
+    """The final Dream model writes rope_theta (Dream's code reads no rope_parameters and would fall back to 1e4),
+    its auto_map and Qwen2 weight names; it loads back to the same logits."""
+    import json
+
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    source = tmp_path / "tiny-dream"
+    model = make_dream()
+    model.config.auto_map = {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"}
+    model.save_pretrained(source)
+    trainer = StableDRLTrainer(
+        model=str(source),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, max_steps=1),
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    trainer.train()
+    trainer.save_model(str(tmp_path / "final"))
+    saved = json.loads((tmp_path / "final" / "config.json").read_text())
+    assert saved["rope_theta"] == 1e6 and saved["rope_scaling"] is None and "rope_parameters" not in saved
+    assert saved["model_type"] == "Dream" and saved["auto_map"] == model.config.auto_map
+    assert sorted(load_file(str(tmp_path / "final" / "model.safetensors"))) == sorted(
+        load_file(str(source / "model.safetensors"))
+    )
+    reloaded = AutoModel.from_pretrained(tmp_path / "final").eval()
+    ids = torch.randint(2, 101, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids).logits, trainer.model.eval()(ids).logits)

@@ -213,13 +213,15 @@ def as_diffusion_lm(
         if config_mask is not None and tokenizer_mask is not None and config_mask != tokenizer_mask:
             raise ValueError(
                 f"The model config's mask_token_id={config_mask} differs from the tokenizer's mask token id "
-                f"{tokenizer_mask}; pass mask_token_id=... explicitly."
+                f"{tokenizer_mask}; give the right one explicitly: the StableDRLConfig field mask_token_id (YAML "
+                "`mask_token_id: N`), or as_diffusion_lm(..., mask_token_id=N)."
             )
         mask_token_id = config_mask if config_mask is not None else tokenizer_mask
     if mask_token_id is None:
         raise ValueError(
             f"No mask token id for {type(inner).__name__}: neither its config nor the tokenizer defines one. Set "
-            "mask_token_id (as_diffusion_lm(..., mask_token_id=...), model.config.mask_token_id or tokenizer.mask_token)."
+            "the StableDRLConfig field mask_token_id (YAML `mask_token_id: N`), as_diffusion_lm(..., mask_token_id=N), "
+            "model.config.mask_token_id or tokenizer.mask_token."
         )
 
     if eos_token_ids is None:

@@ -37,12 +37,14 @@ from .estimators import LikelihoodEstimate, estimate_likelihood
 
 
 class StaircaseLogits:
-    """`logits_fn` for the estimators: rows [masked copy || clean copy] (N, 2L) -> the model's logits (N, 2L, V).
+    """`logits_fn` for the estimators: rows [masked copy || clean copy] (N, 2L) -> the masked copy's logits (N, L, V).
 
     `two_copy = True` tells `estimators._estimate` to append the clean copy. The attention mask (N, 2L) holds the
     same 2-D padding mask twice; positions count the real tokens of one copy; the 4-D mask is
-    `two_copy_block_mask`. `model` is an SDAR-like transformers model (possibly PEFT / DDP wrapped) taking a 4-D
-    boolean attention mask and position ids.
+    `two_copy_block_mask`. Only the masked copy goes through the output head (`logits_to_keep`): the clean copy is
+    context, and its logits would double the largest activation ((N, 2L, V) with V ~ 150k for SDAR). `model` is an
+    SDAR-like transformers model (possibly PEFT / DDP wrapped) taking a 4-D boolean attention mask, position ids and
+    `logits_to_keep`.
     """
 
     two_copy = True
@@ -61,8 +63,13 @@ class StaircaseLogits:
         real = attention_mask[:, :L].bool()  # (n, L)
         positions = padding_position_ids(real)  # (n, L)
         mask = two_copy_block_mask(positions, real, self.block_size)  # (n, 1, 2L, 2L)
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=torch.cat([positions, positions], 1))
-        return out.logits if hasattr(out, "logits") else out[0]  # (n, 2L, V)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=torch.cat([positions, positions], 1),
+            logits_to_keep=torch.arange(L, device=input_ids.device),  # the masked copy only
+        )
+        return out.logits if hasattr(out, "logits") else out[0]  # (n, L, V)
 
 
 def staircase_estimate(

@@ -13,6 +13,8 @@ position 0, so the keys and values of a finished block never change and can be c
      - "low_confidence_dynamic": every position with probability > threshold, at least k_s (TraceRL / SDAR);
    until the block is clean; then one more forward stores the clean block's keys/values;
 3. stop after a block that contains an EOS token, or when `gen_length` new positions are filled.
+A finished row leaves the working batch (its rows of the KV cache are dropped), so later forwards run only the rows
+still generating; rows are independent, so this changes no token.
 
 Candidates follow SDAR's `sample_with_temperature_topk_topp`: logits / temperature, top-k, top-p, one categorical
 draw, confidence = the drawn token's probability. At temperature 0 the candidate is the argmax and its confidence its
@@ -276,47 +278,59 @@ def block_generate(
         raise ValueError("eos_token_ids is empty: pass the tokenizer's EOS id(s).")
 
     layout = block_layout(prompt_ids, prompt_mask, gen_length, block_size, mask_token_id, pad_token_id)
-    canvas, attention, S = layout.canvas.clone(), layout.attention, layout.prefill_width
-    generated = torch.zeros_like(canvas, dtype=torch.bool)  # positions whose token was revealed
+    canvas, S = layout.canvas.clone(), layout.prefill_width  # (B, W)
+    generated = torch.zeros_like(canvas, dtype=torch.bool)  # (B, W) positions whose token was revealed
     schedule = transfer_schedule(block_size, steps).to(device)
-    active = torch.ones(B, dtype=torch.bool, device=device)  # rows not finished yet
     cache = DynamicCache()
     forwards = 0
+    # The working batch: rows still generating. A finished row (EOS in its last block, or no position left) leaves
+    # it, and its cache rows are dropped, so later forwards only run the rows that need them.
+    rows = torch.arange(B, device=device)
+    work, attention, done = canvas.clone(), layout.attention, generated.clone()  # (b, W) each
+    row_seeds, first_column = seeds, layout.first_column
 
     def forward(end: int, keep_logits: bool) -> Tensor | None:
         nonlocal forwards
         forwards += 1
         start = end - block_size
         if use_cache:
-            return _logits(model, canvas[:, start:end], attention[:, :end], cache, None if keep_logits else 1)
+            return _logits(model, work[:, start:end], attention[:, :end], cache, None if keep_logits else 1)
         fresh = DynamicCache()
-        return _logits(model, canvas[:, :end], attention[:, :end], fresh)[:, start:end]
+        return _logits(model, work[:, :end], attention[:, :end], fresh)[:, start:end]
 
     if S > 0 and use_cache:
         forwards += 1
-        _logits(model, canvas[:, :S], attention[:, :S], cache, keep=1)
+        _logits(model, work[:, :S], attention[:, :S], cache, keep=1)
     for b in range(layout.num_blocks):
         c0, c1 = S + b * block_size, S + (b + 1) * block_size
-        block_positions = torch.arange(c0, c1, device=device)[None] - layout.first_column[:, None]  # (B, bs)
+        n = rows.shape[0]
+        block_positions = torch.arange(c0, c1, device=device)[None] - first_column[:, None]  # (n, bs)
         for step in range(block_size + 1):
-            masked = (canvas[:, c0:c1] == mask_token_id) & active[:, None] & attention[:, c0:c1].bool()  # (B, bs)
+            masked = (work[:, c0:c1] == mask_token_id) & attention[:, c0:c1].bool()  # (n, bs)
             if not bool(masked.any()):
                 break
-            logits = forward(c1, keep_logits=True).float()  # (B, bs, V)
+            logits = forward(c1, keep_logits=True).float()  # (n, bs, V)
             if use_cache:
                 cache.crop(-block_size)  # the block's own keys are not stored while it is noisy
             logits[..., mask_token_id] = float("-inf")
             # keyed by the row seed, the step and the real position: independent of the batch layout
-            u = counter_uniform(seeds[:, None], STREAM_SAMPLE, step, block_positions.clamp(min=0), device=device)
+            u = counter_uniform(row_seeds[:, None], STREAM_SAMPLE, step, block_positions.clamp(min=0), device=device)
             tokens, confidence = sample_candidates(logits, u, float(temperature), top_k, float(top_p))
-            count = schedule[min(step, steps - 1)].expand(B)
+            count = schedule[min(step, steps - 1)].expand(n)
             reveal = choose_reveals(confidence, masked, count, remasking, float(confidence_threshold))
-            canvas[:, c0:c1] = torch.where(reveal, tokens, canvas[:, c0:c1])
-            generated[:, c0:c1] |= reveal
-        has_eos = (torch.isin(canvas[:, c0:c1], eos_ids) & generated[:, c0:c1]).any(-1)  # (B,)
-        active = active & ~has_eos
-        if not bool(active.any()) or b == layout.num_blocks - 1:
+            work[:, c0:c1] = torch.where(reveal, tokens, work[:, c0:c1])
+            done[:, c0:c1] |= reveal
+        has_eos = (torch.isin(work[:, c0:c1], eos_ids) & done[:, c0:c1]).any(-1)  # (n,)
+        keep = ~has_eos & attention[:, c1:].bool().any(-1)  # (n,) rows with positions left to generate
+        canvas[rows], generated[rows] = work, done
+        if not bool(keep.any()):
             break
+        if not bool(keep.all()):
+            index = keep.nonzero(as_tuple=True)[0]
+            rows, work, attention, done = rows[index], work[index], attention[index], done[index]
+            row_seeds, first_column = row_seeds[index], first_column[index]
+            if use_cache:
+                cache.batch_select_indices(index)
         if use_cache:
             forward(c1, keep_logits=False)  # commit the clean block's keys / values
     ids, mask, context = _finish(canvas, layout, gen_length, eos_ids, pad_token_id, generated)

@@ -54,6 +54,7 @@ LogitsFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 DREAM_ALGORITHMS = ("maskgit_plus", "topk_margin", "entropy", "origin")
 ENTROPY_EPS = 1e-10  # Dream's log(p + 1e-10)
+CHUNK_ELEMENTS = 1 << 28  # positions x vocabulary per working tensor of a step (1 GiB in float32)
 
 
 @dataclass
@@ -259,10 +260,6 @@ def dream_step(
     batch, gen = canvas.shape
     last = step == timesteps.numel() - 2
     masked = canvas == mask_token_id  # (B, G)
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    if last:
-        logits = logits.clone()
-        logits[..., mask_token_id] = -torch.inf  # every position is filled at the last step
     draw = (
         (lambda: torch.rand(batch, gen, generator=generator, dtype=torch.float64, device=canvas.device))
         if generator is not None
@@ -276,7 +273,20 @@ def dream_step(
     else:
         reveal = None
         gumbel_uniform = draw() if alg_temp > 0 else None
-    confidence, tokens = dream_candidates(logits[masked], alg, temperature, top_p, top_k, token_uniform)  # (N,)
+    # Candidates for the N masked positions (row-major, the order of `[masked]`), in chunks of positions so that
+    # each (n, V) working tensor stays within CHUNK_ELEMENTS even for a 150k vocabulary.
+    rows, cols = masked.nonzero(as_tuple=True)  # (N,), (N,)
+    compute_dtype = torch.promote_types(logits.dtype, torch.float32)
+    confidence = torch.empty(rows.numel(), dtype=compute_dtype, device=canvas.device)  # (N,)
+    tokens = torch.empty(rows.numel(), dtype=torch.long, device=canvas.device)  # (N,)
+    chunk = max(1, CHUNK_ELEMENTS // logits.shape[-1])
+    for start in range(0, rows.numel(), chunk):
+        part = slice(start, start + chunk)
+        chunk_logits = logits[rows[part], cols[part]].to(compute_dtype)  # (n, V), a copy
+        if last:
+            chunk_logits[:, mask_token_id] = -torch.inf  # every position is filled at the last step
+        uniform = None if token_uniform is None else token_uniform[part]
+        confidence[part], tokens[part] = dream_candidates(chunk_logits, alg, temperature, top_p, top_k, uniform)
     candidates = torch.full_like(canvas, mask_token_id)  # (B, G)
     candidates[masked] = tokens
     if reveal is None:

@@ -59,7 +59,8 @@ from stabledrl_trl.diffusion.masking import (
 
 LogitsFn = Callable[[Tensor, Tensor], Tensor]  # (input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V)
 # A logits_fn with attribute `two_copy = True` (stabledrl_trl.diffusion.block_estimators.StaircaseLogits) is given
-# (N, 2L) rows [masked copy || clean copy] and their (N, 2L) attention mask; the masked copy's logits are scored.
+# (N, 2L) rows [masked copy || clean copy] and their (N, 2L) attention mask, and returns the masked copy's logits
+# (N, L, V), which are scored.
 
 
 @dataclass
@@ -145,6 +146,8 @@ def _chunk_logps(logits_fn: LogitsFn, input_ids: Tensor, attention_mask: Tensor,
     """log p(target) and entropy at the completion positions of one chunk: (n, C) each (entropy detached)."""
     logits = logits_fn(input_ids, attention_mask)
     n, L = input_ids.shape
+    if getattr(logits_fn, "two_copy", False):
+        L //= 2  # a two-copy logits_fn returns the logits of the masked copy only
     if logits.dim() != 3 or logits.shape[:2] != (n, L):
         raise ValueError(
             f"logits_fn must return logits of shape (N, L, V) = ({n}, {L}, V) aligned with input positions, got "

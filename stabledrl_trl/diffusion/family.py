@@ -81,6 +81,44 @@ def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
 
 # Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects.
 SAMPLERS = {"llada": _llada_rollouts, "dream": _dream_rollouts}
+# Defaults of the config fields only Dream's sampler reads.
+DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
+
+
+# Fields only the block-diffusion sampler reads, with their StableDRLConfig defaults.
+BLOCK_SAMPLER_DEFAULTS = {
+    "block_denoising_steps": None,
+    "block_remasking": "low_confidence_dynamic",
+    "block_confidence_threshold": 0.9,
+}
+
+
+def check_sampler_settings(args, sampler: str) -> None:
+    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
+    if sampler == "dream":
+        if args.remasking != "low_confidence":
+            raise ValueError(
+                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
+                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
+            )
+        if args.cfg_scale != 0:
+            raise ValueError(
+                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
+                "diffusion_sampler='llada'."
+            )
+    else:
+        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
+        if changed:
+            raise ValueError(
+                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
+                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
+                f"{DREAM_SAMPLER_DEFAULTS}."
+            )
+        if args.top_p != 1.0 or args.top_k:
+            raise ValueError(
+                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
+                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
+            )
 
 
 class DiffusionFamily:
@@ -98,10 +136,30 @@ class DiffusionFamily:
     def check(self, args, model) -> None:
         """Raise a ValueError naming the field and the fix when `args` cannot drive this family's `model`, or sets
         what its rollouts would ignore (e.g. top_p with LLaDA's sampler); the trainer calls it once, at construction."""
-        from ..stabledrl_config import check_sampler_settings
-
         if self.default_sampler is not None:
             check_sampler_settings(args, self.sampler_name(args))
+            block = {k: getattr(args, k) for k, v in BLOCK_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
+            if block:
+                raise ValueError(
+                    f"{block} are settings of the block-diffusion sampler (SDAR, TraDo), which {self.name} models do "
+                    f"not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
+                )
+        elif getattr(args, "diffusion_sampler", "auto") != "auto":
+            raise ValueError(
+                f"diffusion_sampler={args.diffusion_sampler!r}: {self.name} models decode with their own sampler, not "
+                "LLaDA's or Dream's; set diffusion_sampler='auto'."
+            )
+        else:
+            unused = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
+            if getattr(args, "remasking", "low_confidence") != "low_confidence":
+                unused["remasking"] = args.remasking
+            if getattr(args, "cfg_scale", 0) != 0:
+                unused["cfg_scale"] = args.cfg_scale
+            if unused:
+                raise ValueError(
+                    f"{unused} are settings of LLaDA's / Dream's samplers, which {self.name} models do not use (they "
+                    "decode with their own sampler); leave them at their defaults."
+                )
 
     def generate(
         self,
@@ -229,7 +287,7 @@ class BlockDiffusionFamily(DiffusionFamily):
 
     def check(self, args, model) -> None:
         super().check(args, model)
-        if args.eos_tail == "masked":
+        if getattr(args, "eos_tail", "visible") == "masked":  # evaluation passes sampler settings only
             raise ValueError(
                 "eos_tail='masked' shows a full-attention canvas's tail after the first EOS as mask tokens; a "
                 "block-diffusion estimate has no such tail (block-causal attention: nothing after the EOS reaches the "

@@ -14,6 +14,8 @@ string, so registering "Dream" is enough for `AutoModel.from_pretrained(<Dream c
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from transformers import Qwen2Config
 from transformers.masking_utils import create_bidirectional_mask
@@ -33,10 +35,14 @@ class DreamConfig(Qwen2Config):
 
     model_type = "Dream"
     mask_token_id: int | None = None
+    # Empty unless the checkpoint had one (kept for saving only: the registered native class always takes precedence
+    # over this remote code); the Auto classes and TRL test `name in config.auto_map`, so it is never None.
+    auto_map: ClassVar[dict] = {}
 
     def __post_init__(self, **kwargs):
-        # Kept for saving only: the registered native class always takes precedence over this remote code.
-        self.auto_map = kwargs.pop("auto_map", None)
+        auto_map = kwargs.pop("auto_map", None)
+        if auto_map:
+            self.auto_map = dict(auto_map)
         super().__post_init__(**kwargs)
         if "sliding_attention" in self.layer_types:
             raise ValueError(
@@ -59,7 +65,8 @@ class DreamConfig(Qwen2Config):
             None if rope_type == "default" else {**rope, "type": rope_type, "rope_type": rope_type}
         )
         output.pop("layer_types", None)  # implied by use_sliding_window / max_window_layers in Dream's config
-        auto_map = publishable_auto_map(output.pop("auto_map", None), getattr(self, "_name_or_path", None))
+        output.pop("auto_map", None)
+        auto_map = publishable_auto_map(self.auto_map, getattr(self, "_name_or_path", None))
         if auto_map:
             output["auto_map"] = auto_map
         return output
@@ -149,7 +156,7 @@ class DreamModel(Qwen2ForCausalLM):
     def generate(self, *args, **kwargs):
         raise NotImplementedError(
             "Dream is a masked diffusion model: left-to-right `generate` does not apply. Use the masked-diffusion "
-            "sampler in stabledrl_trl.diffusion.sampler with stabledrl_trl.diffusion.adapter.as_diffusion_lm(model)."
+            "sampler in stabledrl_trl.diffusion.dream_sampler with stabledrl_trl.diffusion.adapter.as_diffusion_lm(model)."
         )
 
 

@@ -19,6 +19,7 @@ checkpoint's own code, even though its config.json still carries an `auto_map` p
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import torch
@@ -31,6 +32,7 @@ from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaMode
 from transformers.utils.output_capturing import capture_outputs
 
 from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
+from .original_format import config_json_string, copy_remote_code, publishable_auto_map
 
 # LLaDA's config.json key -> the Llama config field holding the same number.
 LLADA_TO_LLAMA_KEYS = {
@@ -89,6 +91,17 @@ LLADA_WEIGHT_RENAMES = [
 ]
 
 
+_COMPILED_RENAMES = [(re.compile(source), target) for source, target in LLADA_WEIGHT_RENAMES]
+
+
+def llada_to_module_name(name: str) -> str:
+    """LLaDA's checkpoint name of a weight -> this implementation's module name (other names pass unchanged)."""
+    for pattern, target in _COMPILED_RENAMES:
+        if pattern.match(name):
+            return pattern.sub(target, name, count=1)
+    return name
+
+
 class LLaDAConfig(LlamaConfig):
     """Configuration of a LLaDA model: a `LlamaConfig` that also reads (and writes) LLaDA's config.json keys.
 
@@ -96,8 +109,8 @@ class LLaDAConfig(LlamaConfig):
     config.json) or from Llama's (`hidden_size=...`); `config.d_model` and friends read the Llama fields.
     `vocab_size` is the number of embedding rows and logit columns, i.e. LLaDA's `embedding_size` when it is set
     (it may exceed the tokenizer's vocabulary). `mask_token_id` is the diffusion mask token.
-    `to_dict` (hence `save_pretrained`) writes LLaDA's keys, without the `auto_map` (the saved folder holds no
-    remote code).
+    `to_dict` (hence `save_pretrained`) writes LLaDA's keys, `torch_dtype` and the checkpoint's `auto_map` (see
+    `models.original_format`), so LLaDA's own code loads the saved folder; this package never uses the `auto_map`.
     """
 
     model_type = "llada"
@@ -109,8 +122,8 @@ class LLaDAConfig(LlamaConfig):
     eos_token_id: int | list[int] | None = None
     use_cache: bool = False
     mask_token_id: int | None = None
-    # Read, never written: code that looks for remote code (e.g. TRL's create_model_from_path) finds none and falls
-    # back to the Auto classes, which map "llada" to this package's model.
+    # Empty unless the checkpoint had one (kept for saving): code that looks for remote code (e.g. TRL's
+    # create_model_from_path) finds the Auto classes, which map "llada" to this package's model, before it.
     auto_map: ClassVar[dict] = {}
 
     def __post_init__(self, **kwargs):
@@ -121,7 +134,9 @@ class LLaDAConfig(LlamaConfig):
                     f"LLaDA option {name}={kwargs[name]!r} is not supported by stabledrl_trl's LLaDA implementation "
                     f"(supported: {', '.join(repr(v) for v in allowed)}). Use a checkpoint with {name}={allowed[0]!r}."
                 )
-        kwargs.pop("auto_map", None)  # points at remote code this class replaces; never saved back
+        auto_map = kwargs.pop("auto_map", None)  # LLaDA's remote code: saved back, never run
+        if auto_map:
+            self.auto_map = dict(auto_map)
         if llada_format and kwargs.get("mlp_hidden_size") is None:
             # LLaDA sizes the MLP as mlp_ratio * d_model when mlp_hidden_size is absent or null.
             kwargs["mlp_hidden_size"] = int(kwargs.get("mlp_ratio", 4) * kwargs.get("d_model", self.hidden_size))
@@ -186,7 +201,16 @@ class LLaDAConfig(LlamaConfig):
         output.setdefault("include_bias", False)
         output.setdefault("rope", True)
         output.setdefault("alibi", False)
+        output.setdefault("multi_query_attention", None)  # n_kv_heads says it
+        output.pop("auto_map", None)
+        auto_map = publishable_auto_map(self.auto_map, getattr(self, "_name_or_path", None))
+        if auto_map:
+            output["auto_map"] = auto_map
         return output
+
+    def to_json_string(self, use_diff: bool = True) -> str:
+        """config.json's text: `to_dict`'s keys plus `torch_dtype` (see `original_format.config_json_string`)."""
+        return config_json_string(self, use_diff)
 
 
 class LLaDAModel(LlamaModel):
@@ -255,10 +279,12 @@ class LLaDAModelLM(LlamaForCausalLM):
     (what LLaDA's own instructions load), AutoModelForCausalLM and AutoModelForMaskedLM. `labels` gives the
     masked-LM loss (cross-entropy at positions whose label is not -100, no shift).
 
-    `save_pretrained` writes safetensors weights under this module's own (Llama) names and a config.json with
-    model_type "llada" and LLaDA's keys: the names the Trainer's checkpoint resume loads by `load_state_dict`, and
-    the folder loads back with `from_pretrained`. `save_pretrained(..., save_original_format=True)` writes LLaDA's
-    original weight names instead (for LLaDA's own modeling code).
+    `save_pretrained` writes what LLaDA's own code loads: safetensors weights under LLaDA's names
+    (model.transformer.blocks.{i}.ff_proj, ...), a config.json with model_type "llada", LLaDA's keys and the
+    checkpoint's `auto_map`, and the source folder's remote code files (see `models.original_format`); the folder
+    loads back with `from_pretrained` too. `load_state_dict` accepts LLaDA's names as well as the module's own, so
+    transformers' Trainer, which resumes a checkpoint by `model.load_state_dict(file, strict=False)`, resumes exactly.
+    `save_pretrained(..., save_original_format=False)` writes the module's own (Llama) names instead.
     """
 
     config_class = LLaDAConfig
@@ -273,10 +299,26 @@ class LLaDAModelLM(LlamaForCausalLM):
         self.post_init()
         self.loss_type = "ForMaskedLM"  # labels[i] is predicted at position i: no causal shift
 
-    def save_pretrained(self, save_directory, *args, save_original_format: bool = False, **kwargs):
-        # Module names by default: transformers' Trainer resumes by load_state_dict(strict=False), which silently
-        # skips renamed keys, so a checkpoint in LLaDA's names would resume from the initial weights.
-        return super().save_pretrained(save_directory, *args, save_original_format=save_original_format, **kwargs)
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained` (LLaDA's weight names by default), plus the source folder's remote code
+        files that `auto_map` names."""
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            copy_remote_code(self.config.auto_map, getattr(self.config, "_name_or_path", None), str(save_directory))
+        return result
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """`nn.Module.load_state_dict` that also accepts LLaDA's weight names (renamed to the module's).
+
+        Without it, `load_state_dict(strict=False)` on a LLaDA-named checkpoint (what transformers' Trainer does
+        when it resumes) would skip every weight silently.
+        """
+        renamed = {llada_to_module_name(name): value for name, value in state_dict.items()}
+        if len(renamed) != len(state_dict):
+            raise ValueError(
+                "state_dict holds some weights under both their LLaDA name and their module name; pass one of them."
+            )
+        return super().load_state_dict(renamed, strict=strict, assign=assign)
 
     def generate(self, *args, **kwargs):
         raise NotImplementedError(

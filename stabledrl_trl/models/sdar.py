@@ -32,6 +32,8 @@ here: importing stabledrl_trl registers model_type "sdar" with the Auto classes.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from transformers import Qwen3Config
 from transformers.modeling_outputs import BaseModelOutputWithPast
@@ -57,10 +59,16 @@ class SDARConfig(Qwen3Config):
     block_size: int = 4
     mask_token_id: int | None = None
     fuse_cross_entropy: bool = True  # SDAR's training-kernel flag; no effect here, kept so it is saved back
+    # The hub's auto_map (SDAR's remote code) is kept and saved back, never used here; a config without one reads {}
+    # (code that looks for remote code, e.g. TRL's create_model_from_path, then falls back to the Auto classes).
+    auto_map: ClassVar[dict] = {}
 
     def __post_init__(self, **kwargs):
         # SDAR's remote code was written for flex / flash attention; the kernel is chosen at load time here.
         self.original_attn_implementation = kwargs.pop("attn_implementation", None)
+        if kwargs.get("auto_map"):
+            self.auto_map = kwargs.pop("auto_map")
+        kwargs.pop("auto_map", None)
         super().__post_init__(**kwargs)
         if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
             raise ValueError(f"SDAR config block_size={self.block_size!r} must be a positive int (SDAR uses 4).")
@@ -83,6 +91,8 @@ class SDARConfig(Qwen3Config):
         original_attn = output.pop("original_attn_implementation", None)
         if original_attn is not None:
             output["attn_implementation"] = original_attn
+        if self.auto_map:
+            output["auto_map"] = self.auto_map
         output.pop("layer_types", None)  # derived from use_sliding_window / max_window_layers, which are saved
         output.setdefault("architectures", ["SDARForCausalLM"])
         if "dtype" in output and "torch_dtype" not in output:

@@ -49,6 +49,7 @@ class TaskSpec:
     format_example: Callable[..., dict]  # (row, system_prompt=...) -> formatted row
     description: str = ""
     official_reward: Callable | None = None  # the official StableDRL grading of the task (None: it has none)
+    official_full_score: float = 1.0  # official score of a fully right completion (held-out accuracy counts these)
 
     @property
     def correctness_reward(self) -> Callable:

@@ -246,6 +246,17 @@ def test_random_row_independent_of_other_rows_and_padding(dream_lm, reference, c
     assert not torch.equal(outputs[0][1:], outputs[1][1:])  # the other rows did change
 
 
+@pytest.mark.parametrize("case", RANDOM_CASES[:2] + [dict(alg="entropy", temperature=0.0)])
+def test_chunked_positions_give_the_same_result(dream_lm, reference, monkeypatch, case):
+    from stabledrl_trl.diffusion import dream_sampler
+
+    ids, mask = _pad_left([reference["prompt0_ids"], reference["prompt1_ids"]])
+    kwargs = dict(mask_token_id=MASK, gen_length=10, steps=3, **case)
+    whole = generate(dream_lm, ids, mask, generator=_gen(8), **kwargs).completion_ids
+    monkeypatch.setattr(dream_sampler, "CHUNK_ELEMENTS", 3 * 96)  # 3 positions per chunk, 20 masked at step 0
+    assert torch.equal(generate(dream_lm, ids, mask, generator=_gen(8), **kwargs).completion_ids, whole)
+
+
 def test_seed_determinism_and_global_rng_untouched(dream_lm, reference):
     ids, mask = _pad_left([reference["prompt0_ids"], reference["prompt1_ids"]])
     kwargs = dict(mask_token_id=MASK, gen_length=12, steps=6, alg="entropy", temperature=1.0)

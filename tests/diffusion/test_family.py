@@ -92,6 +92,38 @@ def test_llada_family_estimate_scores_the_canvas_with_a_visible_tail(tiny_llada,
     assert get_family("llada").estimator_passes(args) == 2
 
 
+def test_sdar_family_uses_the_block_sampler_and_staircase_estimates(tiny_tokenizer, tmp_path):
+    from stabledrl_trl.diffusion.adapter import detect_family
+    from stabledrl_trl.diffusion.block_estimators import staircase_estimate
+    from stabledrl_trl.diffusion.block_sampler import block_generate
+    from stabledrl_trl.sft import build_tiny_model
+
+    model = build_tiny_model(tiny_tokenizer, seed=2, architecture="sdar").eval()
+    assert detect_family(model) == "sdar"
+    args = _args(tmp_path, temperature=0.8, top_k=30, block_remasking="low_confidence_static",
+                 likelihood_estimator="mc_elbo_inv_t", mc_samples=3)  # fmt: skip
+    adapter = as_diffusion_lm(model, tokenizer=tiny_tokenizer)
+    prompt = torch.tensor([[0, 5, 6, 7, 9], [8, 9, 10, 11, 12]])
+    mask = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    family = get_family("sdar")
+    out = family.generate(adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids,
+                          generator=torch.Generator().manual_seed(4))  # fmt: skip
+    ref = block_generate(model, prompt, mask, mask_token_id=adapter.mask_token_id, eos_token_ids=adapter.eos_token_ids,
+                         pad_token_id=adapter.pad_token_id, block_size=4, gen_length=8, temperature=0.8, top_k=30,
+                         remasking="low_confidence_static", generator=torch.Generator().manual_seed(4))  # fmt: skip
+    assert torch.equal(out.completion_ids, ref.completion_ids) and torch.equal(
+        out.completion_mask, ref.completion_mask
+    )
+    seeds = torch.tensor([3, 4])
+    with torch.no_grad():
+        est = family.estimate(adapter, prompt, mask, out.completion_ids, out.completion_mask, args, seeds=seeds,
+                              fill_token_id=0)  # fmt: skip
+        expected = staircase_estimate("mc_elbo_inv_t", model, prompt, mask, out.completion_ids, out.completion_mask,
+                                      block_size=4, mask_token_id=adapter.mask_token_id, seed=seeds, num_samples=3)  # fmt: skip
+    torch.testing.assert_close(est.token_logps, expected.token_logps, rtol=0, atol=0)
+    assert family.estimator_passes(args) == 3
+
+
 def _tiny_dream():
     """A tiny Dream on the tiny tokenizer's ids (mask 1, EOS / pad 0), weights from seed 0 (global RNG untouched)."""
     from stabledrl_trl.models.dream import DreamConfig, DreamModel

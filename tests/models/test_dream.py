@@ -276,3 +276,13 @@ def test_non_default_rope_is_saved_as_rope_scaling(tmp_path):
     ids = torch.randint(0, 120, (1, 9), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         assert torch.equal(reloaded.eval()(ids).logits, model(ids).logits)
+
+
+def test_config_without_auto_map_builds_saves_and_loads(tmp_path):
+    config = DreamConfig(**{k: v for k, v in tiny_dream_config().items() if k != "auto_map"})
+    assert config.auto_map == {}  # never None: the Auto classes test `name in config.auto_map`
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    assert type(model) is DreamModel
+    model.save_pretrained(tmp_path)
+    assert "auto_map" not in json.loads((tmp_path / "config.json").read_text())  # nothing to point at
+    assert type(transformers.AutoModel.from_pretrained(tmp_path)) is DreamModel

@@ -185,7 +185,8 @@ def test_auto_classes_resolve_without_remote_code(llada_fixture_dir):
     )
     assert config.rope_parameters["rope_theta"] == 500000.0 and config.rms_norm_eps == 1e-5
     assert config.d_model == 64 and config.n_heads == 4  # LLaDA's names read the same fields
-    assert config.auto_map == {} and "auto_map" not in config.to_dict()  # no remote code is referenced
+    # the checkpoint's auto_map is kept (written back on save) but never used: the native class is registered
+    assert config.auto_map == json.loads((llada_fixture_dir / "config.json").read_text())["auto_map"]
     for auto_class in (transformers.AutoModel, transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
         assert type(auto_class.from_config(config)) is LLaDAModelLM
 
@@ -330,50 +331,73 @@ def test_bf16_checkpoint(tmp_path):
 # Saving, training features, API.
 
 
-def test_save_pretrained_round_trip(llada_fixture_dir, reference, tmp_path):
+def test_saved_folder_is_lladas_own_format(llada_fixture_dir, reference, tmp_path):
+    """What LLaDA's code reads: config.json's keys and values (auto_map, rope_theta, d_model, ...) and the weights
+    under LLaDA's names with the fixture's values; our loader gives the same logits from the saved folder."""
     model = load(llada_fixture_dir)
     model.save_pretrained(tmp_path)
+    original = json.loads((llada_fixture_dir / "config.json").read_text())
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["model_type"] == "llada" and "auto_map" not in saved
-    assert (saved["d_model"], saved["n_heads"], saved["n_layers"], saved["embedding_size"]) == (64, 4, 2, 320)
-    assert saved["rope_theta"] == 500000.0 and "hidden_size" not in saved
-    # Weights are written under the module's own (Llama) names, exactly the fixture's tensors renamed.
+    for key, value in original.items():
+        if key != "transformers_version":
+            assert saved.get(key, "<missing>") == value, key
+    assert "hidden_size" not in saved and "rope_parameters" not in saved  # Llama keys LLaDA's code does not read
+    written = load_file(str(tmp_path / "model.safetensors"))
+    fixture = load_file(str(llada_fixture_dir / "model.safetensors"))
+    assert sorted(written) == sorted(fixture)
+    assert all(torch.equal(written[k], fixture[k]) for k in fixture)
+    reloaded = load(tmp_path)
+    with torch.no_grad():
+        assert torch.equal(reloaded(reference["input_ids"]).logits, model(reference["input_ids"]).logits)
+
+
+def test_load_state_dict_reads_llada_names_as_the_trainer_resumes(llada_fixture_dir, tmp_path):
+    # transformers' Trainer resumes with model.load_state_dict(file, strict=False): every key must match, in
+    # LLaDA's names (what save_pretrained writes) as in the module's own.
+    model = load(llada_fixture_dir)
+    model.save_pretrained(tmp_path)
+    for state_dict in (load_file(str(tmp_path / "model.safetensors")), model.state_dict()):
+        fresh = load(llada_fixture_dir)
+        with torch.no_grad():
+            for p in fresh.parameters():
+                p.zero_()
+        result = fresh.load_state_dict(state_dict, strict=False)
+        assert not result.missing_keys and not result.unexpected_keys
+        assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True))
+    both = {**model.state_dict(), **load_file(str(tmp_path / "model.safetensors"))}
+    with pytest.raises(ValueError, match="both"):
+        model.load_state_dict(both)
+
+
+def test_module_name_format_on_request(llada_fixture_dir, reference, tmp_path):
+    model = load(llada_fixture_dir)
+    model.save_pretrained(tmp_path, save_original_format=False)
     written = load_file(str(tmp_path / "model.safetensors"))
     assert sorted(written) == sorted(name for name, _ in model.named_parameters())
     original = load_file(str(llada_fixture_dir / "model.safetensors"))
     assert torch.equal(
         written["model.layers.1.mlp.gate_proj.weight"], original["model.transformer.blocks.1.ff_proj.weight"]
     )
-    assert torch.equal(written["lm_head.weight"], original["model.transformer.ff_out.weight"])
     reloaded = load(tmp_path)
     with torch.no_grad():
         assert torch.equal(reloaded(reference["input_ids"]).logits, model(reference["input_ids"]).logits)
 
 
-def test_checkpoint_state_dict_loads_by_module_names(llada_fixture_dir, tmp_path):
-    # transformers' Trainer resumes with model.load_state_dict(file, strict=False): every key must match.
-    model = load(llada_fixture_dir)
-    model.save_pretrained(tmp_path)
-    fresh = load(llada_fixture_dir)
-    with torch.no_grad():
-        for p in fresh.parameters():
-            p.zero_()
-    result = fresh.load_state_dict(load_file(str(tmp_path / "model.safetensors")), strict=False)
-    assert not result.missing_keys and not result.unexpected_keys
-    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True))
-
-
-def test_original_format_save_writes_llada_names(llada_fixture_dir, reference, tmp_path):
-    # save_original_format=True writes LLaDA's own names (for LLaDA's modeling code); it loads back here too.
-    model = load(llada_fixture_dir)
-    model.save_pretrained(tmp_path, save_original_format=True)
-    original = load_file(str(llada_fixture_dir / "model.safetensors"))
-    written = load_file(str(tmp_path / "model.safetensors"))
-    assert sorted(written) == sorted(original)
-    assert all(torch.equal(written[k], original[k]) for k in original)
-    reloaded = load(tmp_path)
-    with torch.no_grad():
-        assert torch.equal(reloaded(reference["input_ids"]).logits, model(reference["input_ids"]).logits)
+def test_remote_code_files_are_copied_and_hub_auto_map_qualified(llada_fixture_dir, tmp_path):
+    source = tmp_path / "source"
+    shutil.copytree(llada_fixture_dir, source)
+    for name in ("configuration_llada.py", "modeling_llada.py"):
+        (source / name).write_text("raise RuntimeError('remote code was executed')\n")
+    model = load(source)
+    model.save_pretrained(tmp_path / "saved")
+    for name in ("configuration_llada.py", "modeling_llada.py"):
+        assert (tmp_path / "saved" / name).read_text() == (source / name).read_text()
+    model.config._name_or_path = "GSAI-ML/LLaDA-8B-Instruct"  # as if loaded from the hub: no files to copy
+    model.save_pretrained(tmp_path / "from_hub")
+    auto_map = json.loads((tmp_path / "from_hub" / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModel"] == "GSAI-ML/LLaDA-8B-Instruct--modeling_llada.LLaDAModelLM"
+    assert not (tmp_path / "from_hub" / "modeling_llada.py").exists()
+    assert type(load(tmp_path / "from_hub")) is LLaDAModelLM
 
 
 def test_tied_model_round_trip(tmp_path):

@@ -111,18 +111,21 @@ def test_fixture_denoising_steps_match_original(attn_implementation):
         assert (cached - ref[f"step{i}_logits"]).abs().max() <= 1e-5, i
 
 
-def test_fixture_loads_without_remote_code(tmp_path):
-    """The hub folder (config with auto_map) loads natively; the remote code it names is never executed."""
+@pytest.mark.parametrize("trust_remote_code", [None, True])
+def test_fixture_loads_without_remote_code(tmp_path, trust_remote_code):
+    """The hub folder (config with auto_map) loads natively; the remote code it names is never executed, even with
+    trust_remote_code=True."""
     for name in ("config.json", "model.safetensors"):
         (tmp_path / name).write_bytes((FIXTURE / name).read_bytes())
     for name in ("configuration_sdar.py", "modeling_sdar.py"):
         (tmp_path / name).write_text("raise RuntimeError('remote code was executed')\n")
-    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    kwargs = {} if trust_remote_code is None else {"trust_remote_code": trust_remote_code}
+    config = transformers.AutoConfig.from_pretrained(tmp_path, **kwargs)
     assert type(config) is SDARConfig
     assert (config.block_size, config.mask_token_id, config.tie_word_embeddings) == (4, 95, False)
     assert config.rope_parameters["rope_theta"] == 1e4
     for auto_class in (transformers.AutoModel, transformers.AutoModelForCausalLM):
-        model, info = auto_class.from_pretrained(tmp_path, output_loading_info=True)
+        model, info = auto_class.from_pretrained(tmp_path, output_loading_info=True, **kwargs)
         assert type(model) is SDARForCausalLM
         assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     weights = load_file(FIXTURE / "model.safetensors")

@@ -129,7 +129,7 @@ OFFICIAL_CONFIGS = {
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=os.path.basename)
 def test_task_style_of_each_config(path, load_script):
     train = load_script("train")
-    script_args, _, _ = train.make_parser().parse_args_and_config(["--config", path, "--use_cpu", "true"])
+    script_args, training_args, _ = train.make_parser().parse_args_and_config(["--config", path, "--use_cpu", "true"])
     names = [f.__name__ for f in script_args.reward_funcs()]
     task = OFFICIAL_CONFIGS.get(os.path.basename(path))
     if task is not None:  # the official recipes: official prompts and grading, plus the anti-short-boxed term
@@ -139,6 +139,7 @@ def test_task_style_of_each_config(path, load_script):
             True,
         )
         assert names == [f"{task}_official_reward", "anti_short_boxed_reward"]
+        assert training_args.reward_text == "canvas"  # graded on the whole decoded canvas, as the official code
     else:  # everything else: the tagged tasks, no anti-short-boxed term
         assert (script_args.prompt_style, script_args.reward_style, script_args.anti_short_boxed) == (
             "tagged",
@@ -146,6 +147,7 @@ def test_task_style_of_each_config(path, load_script):
             False,
         )
         assert "anti_short_boxed_reward" not in names and not any("official" in n for n in names)
+        assert training_args.reward_text == "completion"
 
 
 def test_task_style_defaults_and_errors(tmp_path, load_script):

@@ -10,7 +10,10 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECORD_KEYS = {"prompt", "completion", "answer", "reward"}
-OUTPUT_KEYS = {"model", "adapter", "task", "split", "accuracy", "n", "num_rows", "sampler", "seed", "records"}
+OUTPUT_KEYS = {
+    "model", "adapter", "task", "split", "accuracy", "n", "num_rows", "grading", "grading_rule", "full_score",
+    "sampler", "seed", "records",
+}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -79,10 +82,13 @@ def test_full_model_writes_json(evaluate_script, checkpoints, tmp_path):
     assert all(set(r) == RECORD_KEYS for r in written["records"])
     assert written["sampler"] == {
         "gen_length": 8, "block_length": 4, "steps": 4, "temperature": 0.0, "remasking": "low_confidence",
-        "cfg_scale": 0.0,
+        "cfg_scale": 0.0, "sampler": "auto", "dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
+        "top_p": 1.0, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9,
     }  # fmt: skip
     rewards = [r["reward"] for r in written["records"]]
     assert written["accuracy"] == pytest.approx(sum(rewards) / 6)
+    assert (written["grading"], written["full_score"]) == ("tagged", None)
 
 
 def test_lora_adapter_is_loaded_without_merging(evaluate_script, checkpoints, tmp_path, monkeypatch):
@@ -135,13 +141,18 @@ def test_lora_adapter_is_loaded_without_merging(evaluate_script, checkpoints, tm
 
 def test_sampler_settings_precedence(evaluate_script, tmp_path):
     config = tmp_path / "train.yaml"
-    config.write_text("max_completion_length: 16\nblock_length: 8\ndiffusion_steps: 16\ntemperature: 0.7\n")
+    config.write_text(
+        "max_completion_length: 16\nblock_length: 8\ndiffusion_steps: 16\ntemperature: 0.7\n"
+        "diffusion_sampler: dream\ndream_alg: maskgit_plus\ntop_p: 0.9\n"
+    )
     (args,) = evaluate_script.make_parser().parse_args_and_config(
-        ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8"]
+        ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8", "--top_p", "0.95"]
     )
     assert evaluate_script.sampler_settings(args) == {
         "gen_length": 16, "block_length": 8, "steps": 8, "temperature": 0.7, "remasking": "low_confidence",
-        "cfg_scale": 0.0,
+        "cfg_scale": 0.0, "sampler": "dream", "dream_alg": "maskgit_plus", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
+        "top_p": 0.95, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
+        "block_confidence_threshold": 0.9,
     }  # fmt: skip
     from stabledrl_trl.stabledrl_config import StableDRLConfig
 
@@ -149,7 +160,8 @@ def test_sampler_settings_precedence(evaluate_script, tmp_path):
     fields = StableDRLConfig.__dataclass_fields__
     settings = evaluate_script.sampler_settings(args)
     assert settings["gen_length"] == fields["max_completion_length"].default
-    assert settings["steps"] == fields["diffusion_steps"].default
+    # unset block_length / diffusion_steps: StableDRLConfig's length-derived defaults (256 positions: 32, 128)
+    assert (settings["block_length"], settings["steps"]) == (32, 128)
     assert settings["temperature"] == fields["temperature"].default
 
 
@@ -175,6 +187,98 @@ def test_missing_model_and_bad_dtype(evaluate_script):
         evaluate_script.main(argv=["--model_name_or_path", "m", "--num_threads", "0"])
 
 
+def test_pickle_checkpoints_are_refused_unless_allowed(evaluate_script, checkpoints, tmp_path):
+    from safetensors.torch import load_file
+
+    base_dir, adapter_dir = checkpoints
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    for name in os.listdir(base_dir):
+        if name != "model.safetensors":
+            (pickled / name).write_bytes((open(os.path.join(base_dir, name), "rb")).read())
+    torch.save(load_file(os.path.join(base_dir, "model.safetensors")), pickled / "pytorch_model.bin")
+    (args,) = evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", str(pickled)])
+    with pytest.raises(ValueError, match="only pickle weights"):
+        evaluate_script.load_model(args)
+    (args,) = evaluate_script.make_parser().parse_args_and_config(
+        ["--model_name_or_path", str(pickled), "--allow_pickle_checkpoints"]
+    )
+    model, _, _ = evaluate_script.load_model(args)
+    assert type(model).__name__ == "LLaDAModelLM"
+    # a pickle-only LoRA adapter is refused too
+    adapter = tmp_path / "adapter_bin"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(open(os.path.join(adapter_dir, "adapter_config.json")).read())
+    torch.save(load_file(os.path.join(adapter_dir, "adapter_model.safetensors")), adapter / "adapter_model.bin")
+    (args,) = evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", str(adapter)])
+    with pytest.raises(ValueError, match="only pickle weights"):
+        evaluate_script.load_model(args)
+
+
+def test_missing_local_model_path_fails_at_once(evaluate_script, tmp_path):
+    (args,) = evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", str(tmp_path / "nope")])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        evaluate_script.load_model(args)
+
+
+def test_unwritable_output_fails_before_evaluating_and_records_survive_a_late_failure(
+    evaluate_script, checkpoints, tmp_path, monkeypatch
+):
+    base_dir, _ = checkpoints
+    blocked = tmp_path / "file_not_folder"
+    blocked.write_text("x")
+    calls = []
+    monkeypatch.setattr(evaluate_script, "load_model", lambda args: calls.append(1))
+    with pytest.raises(OSError, match="cannot create its folder"):
+        evaluate_script.main(argv=_argv(base_dir, blocked / "eval.json"))
+    assert calls == []  # refused before loading the model or evaluating anything
+    # A failure at write time keeps the per-sample records in a temporary file.
+    output = {"accuracy": 0.5, "records": [{"prompt": "p", "completion": "c", "answer": "a", "reward": 1.0}]}
+
+    def failing_open(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("builtins.open", failing_open)
+    with pytest.raises(OSError, match="the results are saved in") as info:
+        evaluate_script.write_output(output, str(tmp_path / "eval.json"))
+    monkeypatch.undo()
+    fallback = str(info.value).rsplit("saved in ", 1)[1].rstrip(".")
+    with open(fallback) as f:
+        assert json.load(f)["records"] == output["records"]
+    os.remove(fallback)
+
+
+def test_misspelt_key_suggests_the_field(evaluate_script, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model_name_or_path: m\nbatch_sise: 5\n")
+    with pytest.raises(ValueError, match="did you mean 'batch_size'"):
+        evaluate_script.make_parser().parse_args_and_config(["--config", str(bad)])
+    with pytest.raises(ValueError, match="did you mean 'num_samples'"):
+        evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", "m", "--num_smaples", "3"])
+
+
+def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tmp_path):
+    """A saved tiny SDAR evaluated with configs/tiny_block.yaml's sampler settings (its block sampler)."""
+    from stabledrl_trl.evaluation import evaluate_model
+    from stabledrl_trl.sft import build_tiny_model
+    from stabledrl_trl.tasks import get_task, load_task_dataset
+    from stabledrl_trl.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0, architecture="sdar")
+    model.save_pretrained(tmp_path / "sdar")
+    tokenizer.save_pretrained(tmp_path / "sdar")
+    config = os.path.join(ROOT, "configs", "tiny_block.yaml")
+    argv = ["--model_name_or_path", str(tmp_path / "sdar"), "--task", "digit_sort", "--num_samples", "4",
+            "--training_config", config, "--temperature", "0", "--no_progress"]  # fmt: skip
+    result = evaluate_script.main(argv=argv)
+    assert result["sampler"]["block_remasking"] == "low_confidence_dynamic" and result["n"] == 4
+    rows = load_task_dataset("digit_sort", "test", num_samples=4, seed=0)
+    direct = evaluate_model(model.eval(), tokenizer, rows, get_task("digit_sort"), gen_length=8, block_length=8,
+                            steps=8, temperature=0.0, progress=False)  # fmt: skip
+    assert [r["completion"] for r in result["records"]] == [r["completion"] for r in direct["records"]]
+
+
 def test_prompt_style_precedence(evaluate_script, tmp_path):
     config = tmp_path / "train.yaml"
     config.write_text("task: countdown\nprompt_style: official\n")
@@ -185,3 +289,34 @@ def test_prompt_style_precedence(evaluate_script, tmp_path):
     assert evaluate_script.prompt_style(args) == "tagged"  # an explicit flag wins
     (args,) = parse(["--model_name_or_path", "m"])
     assert evaluate_script.prompt_style(args) == "tagged"  # the default
+
+
+def test_reward_style_precedence(evaluate_script, tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("task: countdown\nprompt_style: official\n")
+    parse = evaluate_script.make_parser().parse_args_and_config
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config)])
+    assert evaluate_script.reward_style(args) == "official"  # follows the prompt style, as in training
+    config.write_text("task: countdown\nprompt_style: official\nreward_style: tagged\n")
+    assert evaluate_script.reward_style(args) == "tagged"  # the training run's reward_style
+    (args,) = parse(["--model_name_or_path", "m", "--training_config", str(config), "--reward_style", "official"])
+    assert evaluate_script.reward_style(args) == "official"  # an explicit flag wins
+    (args,) = parse(["--model_name_or_path", "m", "--prompt_style", "official"])
+    assert evaluate_script.reward_style(args) == "official"
+    (args,) = parse(["--model_name_or_path", "m"])
+    assert evaluate_script.reward_style(args) == "tagged"  # the default
+    with pytest.raises(ValueError, match="grading='official': task 'digit_sort' has no official"):
+        evaluate_script.main(argv=["--model_name_or_path", "m", "--reward_style", "official"])  # before loading
+
+
+def test_official_grading_is_written_to_the_json(evaluate_script, checkpoints, tmp_path):
+    base_dir, _ = checkpoints
+    out_file = tmp_path / "eval.json"
+    argv = _argv(base_dir, out_file, "--task", "sudoku", "--prompt_style", "official", "--reward_style", "official")
+    evaluate_script.main(argv=argv)
+    written = json.loads(out_file.read_text())
+    assert (written["task"], written["grading"], written["full_score"]) == ("sudoku", "official", 1.0)
+    assert "full score" in written["grading_rule"]
+    records = written["records"]
+    assert all(r["correct"] == (r["reward"] >= 1.0) and 0.0 <= r["reward"] <= 1.0 for r in records)
+    assert written["accuracy"] == sum(r["correct"] for r in records) / len(records)

@@ -1,0 +1,157 @@
+"""The model card `StableDRLTrainer` writes next to a saved model: what trained it, how to load and decode it."""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import version
+
+from huggingface_hub import ModelCard, ModelCardData
+
+TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "model_card.md")
+
+
+def describe_objective(args) -> tuple[str, str]:
+    """(short name, one paragraph) of the objective a config trains with."""
+    loss = args.loss_type
+    estimator = f"sequence likelihoods estimated with the `{args.likelihood_estimator}` estimator"
+    if loss == "stable_drl":
+        short = "StableDRL (arXiv 2603.06743)"
+        detail = (
+            f"Objective: StableDRL (`loss_type='stable_drl'`): unconditional clipping of the sequence importance "
+            f"weight (log w <- min(log w, log {args.clip_c:g})) and self-normalisation over the "
+            f"{args.num_generations} completions of each prompt (group softmax of the clipped log-weights)"
+        )
+        if args.sandwich:
+            detail += (
+                f", with SPG's sandwich objective for negative advantages (beta={args.sandwich_beta:g}, "
+                f"omega={args.sandwich_omega:g})"
+            )
+    elif loss == "stable_drl_ratio":
+        short = "StableDRL, ratio-level form (arXiv 2603.06743)"
+        detail = (
+            f"Objective: StableDRL at ratio level (`loss_type='stable_drl_ratio'`): every sequence ratio clipped to "
+            f"[1 - {args.epsilon:g}, 1 + {args.epsilon_high if args.epsilon_high is not None else args.epsilon:g}] "
+            f"whatever the advantage's sign, normalised by the sum of the group's clipped ratios"
+        )
+    elif loss == "dgpo":
+        short = "DGPO soft clipping (arXiv 2603.14389), with StableDRLTrainer"
+        detail = f"Objective: DGPO (`loss_type='dgpo'`, n={args.dgpo_n:g}, m={args.dgpo_m:g})"
+    else:
+        short = f"TRL's `{loss}` objective (a GRPO-family baseline), with StableDRLTrainer"
+        detail = f"Objective: TRL's `{loss}` loss (beta={args.beta:g})"
+    detail += (
+        f"; {estimator} ({args.mc_samples} Monte-Carlo mask samples), advantages scaled with "
+        f"scale_rewards='{args.scale_rewards}', num_iterations={args.num_iterations}, "
+        f"learning_rate={args.learning_rate:g}."
+    )
+    return short, detail
+
+
+def generation_code(trainer) -> tuple[str, str]:
+    """(import line, call) decoding one prompt greedily with the sampler this model's rollouts used."""
+    args = trainer.args
+    family = trainer._family_impl
+    sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else "block"
+    common = "    mask_token_id=lm.mask_token_id,\n    eos_token_ids=lm.eos_token_ids,\n"
+    if sampler == "dream":
+        imp = "from stabledrl_trl.diffusion.dream_sampler import generate"
+        body = (
+            f"    gen_length={args.max_completion_length},\n    steps={args.diffusion_steps},\n"
+            f"    alg={args.dream_alg!r},\n    alg_temp={args.dream_alg_temp!r},\n    eps={args.dream_eps!r},\n"
+            "    temperature=0.0,\n"
+        )
+        call = (
+            'out = generate(\n    lm,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n' + common + body + ")"
+        )
+    elif sampler == "block":
+        imp = "import torch\n\nfrom stabledrl_trl.diffusion.block_sampler import block_generate"
+        body = (
+            "    pad_token_id=lm.pad_token_id,\n    block_size=model.config.block_size,\n"
+            f"    gen_length={args.max_completion_length},\n    denoising_steps={args.block_denoising_steps!r},\n"
+            f"    temperature={args.temperature!r},\n    remasking={args.block_remasking!r},\n"
+            "    generator=torch.Generator().manual_seed(0),\n"
+        )
+        call = (
+            'out = block_generate(\n    model,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n'
+            + common
+            + body
+            + ")"
+        )
+    else:
+        imp = "from stabledrl_trl.diffusion.sampler import generate"
+        body = (
+            f"    gen_length={args.max_completion_length},\n    block_length={args.block_length},\n"
+            f"    steps={args.diffusion_steps},\n    temperature=0.0,\n    remasking={args.remasking!r},\n"
+        )
+        call = (
+            'out = generate(\n    lm,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n' + common + body + ")"
+        )
+    return imp, call
+
+
+def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> ModelCard:
+    from trl.trainer.utils import get_config_model_id
+
+    from . import __version__
+    from .diffusion.adapter import unwrap_model
+
+    args = trainer.args
+    inner = unwrap_model(trainer.model)
+    config = inner.config
+    base = get_config_model_id(config)
+    base_model = base if base and not os.path.isdir(base) else None
+    model_id = trainer.hub_model_id or args.output_dir
+    tags = {tags} if isinstance(tags, str) else set(tags or [])
+    tags.update(trainer._tag_names)
+    short, detail = describe_objective(args)
+    generate_import, generate_call = generation_code(trainer) if trainer.is_diffusion else ("", "")
+    if not trainer.is_diffusion:
+        detail = detail.split("; sequence likelihoods")[0] + "; exact autoregressive log-probabilities."
+        rollouts = "TRL's autoregressive generation."
+    elif "block_generate" in generate_call:
+        rollouts = (
+            f"block-diffusion sampler, up to {args.max_completion_length} tokens, block_remasking "
+            f"'{args.block_remasking}', temperature {args.temperature:g}."
+        )
+    elif "alg=" in generate_call:
+        rollouts = (
+            f"Dream's sampler, {args.max_completion_length} positions, {args.diffusion_steps} steps, alg "
+            f"'{args.dream_alg}', temperature {args.temperature:g}."
+        )
+    else:
+        rollouts = (
+            f"LLaDA's masked-diffusion sampler, {args.max_completion_length} positions in blocks of "
+            f"{args.block_length}, {args.diffusion_steps} steps, temperature {args.temperature:g}, remasking "
+            f"'{args.remasking}'."
+        )
+    card_data = ModelCardData(
+        base_model=base_model,
+        datasets=dataset_name,
+        library_name="transformers",
+        model_name=model_name or os.path.basename(os.path.normpath(args.output_dir)),
+        tags=["generated_from_trainer", *sorted(tags)],
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_path=TEMPLATE,
+        model_name=model_name or os.path.basename(os.path.normpath(args.output_dir)),
+        base_model=base_model,
+        dataset_name=dataset_name,
+        model_id=model_id,
+        objective=short,
+        objective_details=detail,
+        rollouts=rollouts,
+        is_diffusion=trainer.is_diffusion,
+        family=getattr(trainer, "_family", None),
+        model_type=getattr(config, "model_type", ""),
+        gen_length=args.max_completion_length,
+        block_length=args.block_length,
+        steps=args.diffusion_steps,
+        remasking=args.remasking,
+        generate_import=generate_import,
+        generate_call=generate_call,
+        stabledrl_version=__version__,
+        trl_version=version("trl"),
+        transformers_version=version("transformers"),
+        pytorch_version=version("torch"),
+    )
