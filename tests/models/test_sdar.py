@@ -204,8 +204,10 @@ def test_left_padded_row_gives_the_row_alone(attn_implementation):
         padded = model(batch, attention_mask=mask).logits
         alone_short = model(short[None]).logits[0]
         alone_long = model(long_row[None]).logits[0]
-    assert (padded[1, 6:] - alone_short).abs().max() <= 1e-5
-    assert (padded[0] - alone_long).abs().max() <= 1e-5
+    # float32 kernels of different shapes round differently (~1e-6 relative on logits of size ~5); a misaligned
+    # block or an attended pad changes logits by O(1)
+    assert (padded[1, 6:] - alone_short).abs().max() <= 5e-5
+    assert (padded[0] - alone_long).abs().max() <= 5e-5
     ref = reference_forward(model.state_dict(), tiny_sdar_config_dict(num_key_value_heads=2), batch, mask)
     real = mask.bool()
     assert (padded[real].double() - ref[real]).abs().max() <= 1e-4 * max(1.0, ref.abs().max().item())
