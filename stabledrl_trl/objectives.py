@@ -53,6 +53,44 @@ def get_objective(name: str) -> Callable[..., ObjectiveOutput]:
     return OBJECTIVES[name]
 
 
+# What each objective consumes from the likelihood estimator (see `ratio_input`).
+# SEQUENCE_INPUT: a sequence-level log-weight L_theta(y) - L_old(y), the masked mean of the per-token values;
+# TOKEN_INPUT: per-token log-ratios log pi_theta(y_t) - log pi_old(y_t), one per token (or their sum).
+SEQUENCE_INPUT = "sequence"
+TOKEN_INPUT = "token"
+
+# TRL 1.16 loss types and what they consume at importance_sampling_level="token". "vespo" builds its sequence weight
+# from the *sum* of per-token log-ratios whatever the level; every other TRL loss at level "sequence" takes the masked
+# mean of the per-token log-ratios, which is L_theta - L_old for the estimators here.
+_TRL_ALWAYS_TOKEN = ("vespo",)
+
+
+def ratio_input(loss_type: str, importance_sampling_level: str = "token", stable_drl_ratio_form: str = "mean") -> str:
+    """What an objective's importance ratio is built from: `SEQUENCE_INPUT` or `TOKEN_INPUT`.
+
+    - "stable_drl": log w = L_theta - L_old, sequence level (the official StableDRL weight).
+    - "stable_drl_ratio": form "mean" uses exp(L_theta - L_old), the length-normalised sequence ratio (sequence
+      level); form "sum" uses exp(sum_t of per-token log-ratios) (token level).
+    - "dgpo": per-token ratios.
+    - TRL's losses: per-token ratios at importance_sampling_level "token", the sequence log-weight at "sequence"
+      (TRL averages the per-token log-ratios over the completion mask, i.e. L_theta - L_old); "vespo" always sums
+      per-token log-ratios.
+
+    A Monte-Carlo likelihood estimator's per-token values are not per-token log-probs: only their masked mean is an
+    estimate (of the sequence log-likelihood per token). Per-token log-ratios are therefore meaningful only when the
+    old and the current policy are scored on the same masks; the sequence log-weight is meaningful with any masks.
+    """
+    if loss_type == "stable_drl":
+        return SEQUENCE_INPUT
+    if loss_type == "stable_drl_ratio":
+        if stable_drl_ratio_form not in ("mean", "sum"):
+            raise ValueError(f"stable_drl_ratio_form={stable_drl_ratio_form!r}; choose 'mean' or 'sum'.")
+        return SEQUENCE_INPUT if stable_drl_ratio_form == "mean" else TOKEN_INPUT
+    if loss_type == "dgpo" or loss_type in _TRL_ALWAYS_TOKEN:
+        return TOKEN_INPUT
+    return SEQUENCE_INPUT if importance_sampling_level == "sequence" else TOKEN_INPUT
+
+
 def group_mean_advantages(rewards: torch.Tensor, group_size: int, scale: bool = False) -> torch.Tensor:
     """A_i = r_i - mean_j r_j within each group of `group_size` consecutive rows (optionally / std).
 

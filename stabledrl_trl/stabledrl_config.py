@@ -7,9 +7,15 @@ import functools
 import warnings
 from dataclasses import dataclass, field
 
+from transformers.utils import logging
 from trl import GRPOConfig
 
 from .diffusion.dream_sampler import DREAM_ALGORITHMS
+
+logger = logging.get_logger(__name__)
+
+# (loss_type, importance_sampling_level, stable_drl_ratio_form, KL) pairs whose automatic mask_seed_mode was reported.
+_REPORTED_AUTO_MASK_MODES: set = set()
 
 # Loss types implemented in this package; TRL's own loss types keep working as baselines.
 OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
@@ -197,12 +203,58 @@ class StableDRLConfig(GRPOConfig):
             "None runs all rows at once."
         },
     )
-    mask_seed_mode: str = field(
-        default="fresh",
+    mask_seed_mode: str | None = field(
+        default=None,
         metadata={
             "help": "'fresh': new random masks at every inner step, old policy scored once after generation "
             "(official StableDRL). 'shared': one mask seed per inner iteration, used for the current, old and "
-            "reference policies alike (d1)."
+            "reference policies alike (d1). None (default) picks per objective: 'fresh' for loss_type='stable_drl' "
+            "without KL, 'shared' otherwise; the choice is logged and written back into this field."
+        },
+    )
+
+    # ------------------------------------------------------------------ Ratio pairing, guards, official inputs
+    allow_noisy_token_ratios: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow an objective that consumes per-token log-ratios (TRL's token-level losses, dgpo, "
+            "stable_drl_ratio with form 'sum', a KL term) with mask_seed_mode='fresh' and a random-mask estimator. "
+            "Such ratios are mask noise (a token masked in one pass and not in the other gives a log-ratio of about "
+            "+-25), so this is refused unless set, e.g. for a stability study."
+        },
+    )
+    stable_drl_ratio_form: str = field(
+        default="mean",
+        metadata={
+            "help": "stable_drl_ratio: 'mean' (default) uses rho = exp(L_theta - L_old), the length-normalised "
+            "sequence ratio built from the estimator's sequence estimate, meaningful with any masks; 'sum' uses "
+            "rho = exp(sum of per-token log-ratios), which needs shared masks (or the deterministic mean_field "
+            "estimator without prompt masking)."
+        },
+    )
+    all_clipped_patience: int = field(
+        default=3,
+        metadata={
+            "help": "Warn when every sample (or token) of this many consecutive optimiser steps is clipped: the "
+            "clipped objectives then get no gradient from the ratio (no learning). Logged every step as "
+            "'stabledrl/all_clipped' (0/1) and 'stabledrl/all_clipped_streak'. 0 disables the warning."
+        },
+    )
+    eos_tail: str = field(
+        default="visible",
+        metadata={
+            "help": "What the likelihood estimator shows after a completion's first EOS (a diffusion rollout is a "
+            "fixed canvas): 'visible' shows the tail as unmasked EOS tokens, as the sampler saw them; 'masked' "
+            "(the official StableDRL code) masks every tail position and attends to it, and treats the prompt's "
+            "left-padding positions as prompt tokens (attended, masked with p_mask_prompt). Never scored."
+        },
+    )
+    completion_end: str = field(
+        default="any_eos",
+        metadata={
+            "help": "Where a diffusion rollout's scored completion ends: 'any_eos' at the first EOS or end-of-turn "
+            "id (model config and tokenizer); 'tokenizer_eos' at the first tokenizer.eos_token_id only (the "
+            "official StableDRL code: LLaDA's <|eot_id|> before it is scored as a token)."
         },
     )
 
@@ -290,8 +342,8 @@ class StableDRLConfig(GRPOConfig):
                 f"likelihood_estimator={self.likelihood_estimator!r} is not known; choose one of "
                 f"{list(ESTIMATOR_NAMES)}."
             )
-        if self.mask_seed_mode not in ("fresh", "shared"):
-            raise ValueError(f"mask_seed_mode={self.mask_seed_mode!r}; choose 'fresh' or 'shared'.")
+        if self.mask_seed_mode not in (None, "fresh", "shared"):
+            raise ValueError(f"mask_seed_mode={self.mask_seed_mode!r}; choose 'fresh', 'shared' or None (auto).")
         if self.remasking not in ("low_confidence", "random"):
             raise ValueError(f"remasking={self.remasking!r}; choose 'low_confidence' or 'random'.")
         if self.clip_c <= 1.0:
@@ -384,6 +436,63 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(
                 f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
                 "none). Set beta=0.0, or use one of TRL's loss types (e.g. 'grpo') for a KL-regularised baseline."
+            )
+        self._check_ratio_pairing()
+
+    def _check_ratio_pairing(self):
+        """Pick `mask_seed_mode` when unset, and refuse objective / mask pairings whose ratios are mask noise."""
+        from .objectives import TOKEN_INPUT, ratio_input
+
+        for name, value, allowed in (
+            ("stable_drl_ratio_form", self.stable_drl_ratio_form, ("mean", "sum")),
+            ("eos_tail", self.eos_tail, ("visible", "masked")),
+            ("completion_end", self.completion_end, ("any_eos", "tokenizer_eos")),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} is not known; choose one of {list(allowed)}.")
+        if self.all_clipped_patience < 0:
+            raise ValueError(
+                f"all_clipped_patience={self.all_clipped_patience} must be >= 0 (0 disables the warning)."
+            )
+        consumes = ratio_input(self.loss_type, self.importance_sampling_level, self.stable_drl_ratio_form)
+        per_token = consumes == TOKEN_INPUT or self.beta != 0.0  # TRL's KL term is per token too
+        if self.mask_seed_mode is None:
+            self.mask_seed_mode = "fresh" if (self.loss_type == "stable_drl" and self.beta == 0.0) else "shared"
+            key = (self.loss_type, self.importance_sampling_level, self.stable_drl_ratio_form, self.beta != 0.0)
+            if key not in _REPORTED_AUTO_MASK_MODES:
+                _REPORTED_AUTO_MASK_MODES.add(key)
+                reason = (
+                    "the official StableDRL setting: the old policy is scored once with its own masks"
+                    if self.mask_seed_mode == "fresh"
+                    else "the current, old and reference policies are scored on the same masks, so the ratio "
+                    "measures the policy change rather than mask noise"
+                )
+                logger.warning(
+                    f"mask_seed_mode=None: using mask_seed_mode={self.mask_seed_mode!r} for "
+                    f"loss_type={self.loss_type!r} ({reason}). Set mask_seed_mode explicitly to silence this."
+                )
+        deterministic = self.likelihood_estimator == "mean_field" and self.p_mask_prompt == 0.0
+        exact = self.diffusion is False  # autoregressive: exact per-token log-probs, masks play no part
+        if (
+            per_token
+            and self.mask_seed_mode == "fresh"
+            and not (deterministic or exact or self.allow_noisy_token_ratios)
+        ):
+            what = "a KL term (beta != 0)" if consumes != TOKEN_INPUT else "per-token log-ratios"
+            fixes = [
+                "mask_seed_mode='shared' (or None: auto)",
+            ]
+            if self.loss_type not in ("dgpo", "stable_drl_ratio") and self.loss_type != "vespo" and self.beta == 0.0:
+                fixes.append("importance_sampling_level='sequence' (the paper's GRPO baseline: exp(L_theta - L_old))")
+            if self.loss_type == "stable_drl_ratio":
+                fixes.append("stable_drl_ratio_form='mean' (exp(L_theta - L_old))")
+            fixes.append("allow_noisy_token_ratios=True to run it anyway, e.g. in a stability study")
+            raise ValueError(
+                f"loss_type={self.loss_type!r} (importance_sampling_level={self.importance_sampling_level!r}) "
+                f"consumes {what}, but mask_seed_mode='fresh' with likelihood_estimator="
+                f"{self.likelihood_estimator!r} scores the old and the current policy on independent random masks: "
+                "a Monte-Carlo estimator's per-token values are not per-token log-probs, and a token masked in one "
+                "pass and not in the other gives a log-ratio of about +-25. Fix: set " + ", or ".join(fixes) + "."
             )
 
     # ---------------------------------------------------------------- drop-in defaults and run-level checks

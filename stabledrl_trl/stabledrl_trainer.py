@@ -32,8 +32,10 @@ from .diffusion.adapter import as_diffusion_lm, detect_family
 from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, row_seeds
 from .objectives import (
+    SEQUENCE_INPUT,
     aggregate_loss,
     dgpo_loss,
+    ratio_input,
     spg_sandwich,
     stable_drl_loss,
     stable_drl_ratio_loss,
@@ -46,6 +48,15 @@ from .stabledrl_config import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Per-micro-batch metric(s) whose sum is the fraction of samples (tokens) whose ratio is clipped, per loss type.
+_CLIP_METRICS = {
+    "stable_drl": ("stabledrl/clip_frac",),
+    "stable_drl_ratio": ("stabledrl/clip_frac",),
+    "dgpo": ("stabledrl/low_clip_frac", "stabledrl/high_clip_frac"),
+    "cispo": ("cispo_clip_ratio",),
+    **{t: ("clip_ratio/region_mean",) for t in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")},
+}
 
 # Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
 _STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER = 1, 2, 3, 4
@@ -198,6 +209,9 @@ class StableDRLTrainer(GRPOTrainer):
       normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
       row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
     - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation.
+    - `training_step`: at the end of each optimiser step, logs `stabledrl/all_clipped` (every sample or token of the
+      step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
+      consecutive such steps (no learning).
 
     Mask seeds (`mask_seed_mode`), forward passes per completion with an estimator of cost K (K = mc_samples for
     the Monte-Carlo estimators, 1 for mean_field) and I = num_iterations inner iterations per generation:
@@ -253,7 +267,10 @@ class StableDRLTrainer(GRPOTrainer):
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
             )
             self._mask_token_id = self._dlm.mask_token_id
-            self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
+            if args.completion_end == "tokenizer_eos":  # official: <|eot_id|> before the EOS is a scored token
+                self.eos_token_ids = [self._tokenizer.eos_token_id]
+            else:
+                self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
             embeddings = unwrapped.get_input_embeddings() if hasattr(unwrapped, "get_input_embeddings") else None
             safety.check_mask_token_id(
                 args.mask_token_id,
@@ -276,6 +293,8 @@ class StableDRLTrainer(GRPOTrainer):
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
         self._nonfinite_reward_rows = None
+        self._step_all_clipped: bool | None = None  # every micro-batch of the current optimiser step fully clipped
+        self._all_clipped_streak = 0
 
     # ------------------------------------------------------------------ run safety
 
@@ -660,8 +679,74 @@ class StableDRLTrainer(GRPOTrainer):
                 # masks do not depend on where the layout puts it.
                 self._mask_stream = (_STREAM_STEP, self.state.global_step, j)
         if self.loss_type not in OWN_LOSS_TYPES:
-            return super()._compute_loss(model, inputs)
-        return self._compute_own_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+        else:
+            loss = self._compute_own_loss(model, inputs)
+        if self.is_diffusion and self.loss_type not in GROUP_NORMALISED_LOSS_TYPES:
+            self._log_ratio_max(inputs)
+        if self.model.training:
+            self._note_clipping()
+        return loss
+
+    def _log_ratio_max(self, inputs):
+        """`stabledrl/weight_max` for objectives that do not log it: the largest unclipped ratio they consume,
+        per token or per sequence (`objectives.ratio_input`), from the estimate just computed."""
+        old = inputs.get("old_per_token_logps")
+        if old is None or self._last_estimate is None:
+            return  # on-policy: every ratio is exactly 1
+        mask = inputs["completion_mask"].bool()  # (B, C)
+        log_r = self._last_estimate.token_logps.detach() - old  # (B, C)
+        level = ratio_input(self.loss_type, self.args.importance_sampling_level, self.args.stable_drl_ratio_form)
+        if level == SEQUENCE_INPUT:
+            log_r = ((log_r * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]  # (B, 1)
+            mask = mask.any(-1, keepdim=True)
+        local = torch.where(mask & torch.isfinite(log_r), log_r, -torch.inf).max().reshape(1)
+        value = gather(local.float()).max()
+        self._metrics["train" if self.model.training else "eval"]["stabledrl/weight_max"].append(
+            float(torch.exp(value.clamp(max=80.0)))
+        )
+
+    # ------------------------------------------------------------------ all-clipped guard
+
+    def _note_clipping(self):
+        """Record whether every sample (token) of this micro-batch, over all processes, had its ratio clipped."""
+        keys = _CLIP_METRICS.get(self.loss_type)
+        metrics = self._metrics["train"]
+        if keys is None or not all(metrics.get(k) for k in keys):
+            return
+        fraction = sum(float(metrics[k][-1]) for k in keys)  # the values logged for this micro-batch
+        full = fraction >= 1.0 - 1e-6
+        self._step_all_clipped = full if self._step_all_clipped is None else (self._step_all_clipped and full)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        output = super().training_step(model, inputs, num_items_in_batch)
+        if self._step % self.current_gradient_accumulation_steps == 0:  # the optimiser step ends here (as TRL)
+            self._end_clipping_step()
+        return output
+
+    def _end_clipping_step(self):
+        if self._step_all_clipped is None:
+            return
+        full, self._step_all_clipped = self._step_all_clipped, None
+        self._all_clipped_streak = self._all_clipped_streak + 1 if full else 0
+        self._metrics["train"]["stabledrl/all_clipped"].append(float(full))
+        self._metrics["train"]["stabledrl/all_clipped_streak"].append(float(self._all_clipped_streak))
+        patience = self.args.all_clipped_patience
+        if patience and self._all_clipped_streak == patience:
+            if self.loss_type == "stable_drl":
+                effect = (
+                    f"every importance weight exceeded clip_c={self.args.clip_c}, so the group weights are uniform "
+                    "and the update ignores the ratios"
+                )
+            else:
+                effect = "the clipped objective gets no gradient from the ratios: the policy is not learning"
+            logger.warning(
+                f"Every sample was clipped for {patience} consecutive optimiser steps (up to step "
+                f"{self.state.global_step + 1}, loss_type={self.loss_type!r}): {effect}. The ratios are likely "
+                f"dominated by likelihood-estimator noise (likelihood_estimator={self.args.likelihood_estimator!r}, "
+                f"mask_seed_mode={self.args.mask_seed_mode!r}). Fix: use mask_seed_mode='shared', more mc_samples "
+                "or a lower learning rate; loss_type='stable_drl' keeps learning under such noise."
+            )
 
     def _compute_own_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
@@ -694,7 +779,10 @@ class StableDRLTrainer(GRPOTrainer):
             )
             loss = aggregate_loss(out, normalizer=groups_here * accumulation)
         elif self.loss_type == "stable_drl_ratio":
-            seq_log_ratio = ((per_token_logps - old) * mask).sum(-1)  # (B,) log of the sequence ratio
+            # (B,) log of the sequence ratio: L_theta - L_old (form "mean") or the sum of per-token log-ratios
+            seq_log_ratio = ((per_token_logps - old) * mask).sum(-1)
+            if self.args.stable_drl_ratio_form == "mean":
+                seq_log_ratio = seq_log_ratio / n_tok
             out = stable_drl_ratio_loss(seq_log_ratio, advantages, g, epsilon=self.epsilon_low)
             loss = aggregate_loss(out, normalizer=groups_here * accumulation)
         else:  # dgpo: token-mean over the accumulation window, as TRL's `dapo`

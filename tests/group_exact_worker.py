@@ -75,6 +75,7 @@ def run(
         mc_samples=2,
         rollout_cache=rollout_cache,
         parallel_threshold=parallel_threshold,
+        mask_seed_mode="fresh",  # the reference below scores the fresh-mask stream against the stored old scores
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate)
     trainer = StableDRLTrainer(
@@ -150,7 +151,8 @@ def _reference(trainer, initial, final, rows, loss_type, g, args, out_path):
         seq = (logps * completion_mask).sum(-1) / n_tok
         out = stable_drl_loss(seq, (old * completion_mask).sum(-1) / n_tok, adv, g, clip_c=args.clip_c)
     else:
-        out = stable_drl_ratio_loss(((logps - old) * completion_mask).sum(-1), adv, g, epsilon=args.epsilon)
+        # stable_drl_ratio_form "mean": the length-normalised sequence log-ratio L_theta - L_old
+        out = stable_drl_ratio_loss(((logps - old) * completion_mask).sum(-1) / n_tok, adv, g, epsilon=args.epsilon)
     loss = out.unit_loss.mean()  # mean over all groups of the optimiser step
     loss.backward()
     diffs, updates = [], []

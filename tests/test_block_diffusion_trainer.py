@@ -54,14 +54,16 @@ def counting(monkeypatch):
 
 @pytest.mark.parametrize(
     "loss_type, mask_seed_mode", [("stable_drl", "fresh"), ("stable_drl", "shared"), ("stable_drl_ratio", "fresh"),
-                                  ("dgpo", "shared"), ("grpo", "fresh"), ("dapo", "shared")]
+                                  ("dgpo", "shared"), ("grpo_sequence", "fresh"), ("dapo", "shared")]
 )  # fmt: skip
 def test_sdar_trains_with_block_sampler_and_staircase_estimates(tmp_path, monkeypatch, loss_type, mask_seed_mode):
     model = make_sdar()
     assert detect_family(model) == "sdar"
     calls = counting(monkeypatch)
+    # TRL's grpo on fresh masks: at sequence level (per-token ratios on fresh random masks are refused)
+    extra = dict(loss_type="grpo", importance_sampling_level="sequence") if loss_type == "grpo_sequence" else {}
     trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward,
-                               args=make_args(tmp_path, loss_type=loss_type, mask_seed_mode=mask_seed_mode),
+                               args=make_args(tmp_path, **{"loss_type": loss_type, "mask_seed_mode": mask_seed_mode, **extra}),
                                train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
     assert trainer.is_diffusion and trainer._family_impl.name == "sdar"
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
@@ -116,6 +118,12 @@ def test_block_steps_beyond_the_models_block_are_refused(tmp_path):
 def test_bad_block_fields_fail_at_construction(tmp_path, field, value, match):
     with pytest.raises(ValueError, match=match):
         make_args(tmp_path, **{field: value})
+
+
+def test_masked_eos_tail_is_refused_for_block_diffusion(tmp_path):
+    with pytest.raises(ValueError, match="eos_tail='masked'.*SDAR"):
+        StableDRLTrainer(model=make_sdar(), reward_funcs=digit_reward, args=make_args(tmp_path, eos_tail="masked"),
+                         train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
 
 
 def test_sdar_resumed_run_replays_exactly(tmp_path):

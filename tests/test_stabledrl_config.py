@@ -78,6 +78,10 @@ def test_every_new_field_is_documented():
         (dict(parallel_threshold=0.0), ["parallel_threshold", "0.0"]),
         (dict(max_tokens_per_step=4), ["max_tokens_per_step", "4", "parallel_threshold"]),
         (dict(parallel_threshold=0.9, max_tokens_per_step=0), ["max_tokens_per_step", "0"]),
+        (dict(stable_drl_ratio_form="max"), ["stable_drl_ratio_form", "max", "mean"]),
+        (dict(eos_tail="hidden"), ["eos_tail", "hidden", "masked"]),
+        (dict(completion_end="eot"), ["completion_end", "eot", "tokenizer_eos"]),
+        (dict(all_clipped_patience=-1), ["all_clipped_patience", "-1"]),
         # sampler choice and Dream's sampler
         (dict(diffusion_sampler="fast"), ["diffusion_sampler", "fast", "'dream'"]),
         (dict(dream_alg="low_confidence"), ["alg", "low_confidence", "entropy"]),
@@ -119,6 +123,85 @@ def test_trl_loss_types_accept_any_layout(tmp_path):
         beta=0.04,
     )
     assert cfg.loss_type == "grpo" and cfg.beta == 0.04
+
+
+# ---------------------------------------------------------------------------------------------- ratio pairing
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        (dict(), "fresh"),  # official stable_drl
+        (dict(loss_type="dgpo"), "shared"),
+        (dict(loss_type="dapo"), "shared"),
+        (dict(loss_type="grpo", importance_sampling_level="sequence"), "shared"),
+        (dict(loss_type="stable_drl_ratio"), "shared"),
+        (dict(loss_type="grpo", beta=0.04, likelihood_estimator="mean_field"), "shared"),
+    ],
+)
+def test_unset_mask_seed_mode_is_picked_per_objective_and_recorded(tmp_path, kwargs, expected):
+    cfg = make(tmp_path, **kwargs)
+    assert cfg.mask_seed_mode == expected
+    assert cfg.to_dict()["mask_seed_mode"] == expected
+    # the recorded value rebuilds the same config (no second guess)
+    again = make(tmp_path, **{**kwargs, "mask_seed_mode": cfg.mask_seed_mode})
+    assert again.mask_seed_mode == expected
+
+
+def test_auto_mask_seed_mode_is_reported_once(tmp_path, caplog):
+    from stabledrl_trl import stabledrl_config
+
+    stabledrl_config._REPORTED_AUTO_MASK_MODES.clear()
+    with caplog.at_level("WARNING", logger="stabledrl_trl.stabledrl_config"):
+        make(tmp_path, loss_type="dgpo")
+        make(tmp_path, loss_type="dgpo")
+    picked = [r for r in caplog.records if "mask_seed_mode='shared'" in r.getMessage()]
+    assert len(picked) == 1 and "dgpo" in picked[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    "kwargs, fixes",
+    [
+        (dict(loss_type="dapo"), ["importance_sampling_level='sequence'"]),
+        (dict(loss_type="grpo"), ["importance_sampling_level='sequence'"]),
+        (dict(loss_type="dgpo"), []),
+        (dict(loss_type="stable_drl_ratio", stable_drl_ratio_form="sum"), ["stable_drl_ratio_form='mean'"]),
+        (dict(loss_type="grpo", importance_sampling_level="sequence", beta=0.04), ["KL"]),
+        (dict(loss_type="dgpo", likelihood_estimator="mc_elbo"), []),
+        (dict(loss_type="dgpo", likelihood_estimator="mean_field"), []),  # prompt masked w.p. 0.15 by default
+    ],
+)
+def test_per_token_ratios_with_fresh_random_masks_are_refused_with_the_fix(tmp_path, kwargs, fixes):
+    with pytest.raises(ValueError) as info:
+        make(tmp_path, mask_seed_mode="fresh", **kwargs)
+    message = str(info.value)
+    for word in ["loss_type", "mask_seed_mode='fresh'", "mask_seed_mode='shared'", "allow_noisy_token_ratios", *fixes]:
+        assert word in message, (word, message)
+    # the explicit opt-in for studies
+    cfg = make(tmp_path, mask_seed_mode="fresh", allow_noisy_token_ratios=True, **kwargs)
+    assert cfg.mask_seed_mode == "fresh"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        # the paper's GRPO baseline: sequence-level ratios, any estimator, both mask modes
+        *[
+            dict(loss_type="grpo", importance_sampling_level="sequence", likelihood_estimator=e, mask_seed_mode=m)
+            for e in ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled")
+            for m in ("fresh", "shared")
+        ],
+        dict(loss_type="stable_drl_ratio", mask_seed_mode="fresh"),  # form "mean": exp(L_theta - L_old)
+        dict(loss_type="stable_drl", mask_seed_mode="shared"),
+        # the deterministic estimator: fresh and shared masks are the same masks
+        dict(loss_type="dgpo", likelihood_estimator="mean_field", p_mask_prompt=0.0, mask_seed_mode="fresh"),
+        # an autoregressive model has exact per-token log-probs
+        dict(loss_type="dapo", diffusion=False, mask_seed_mode="fresh"),
+    ],
+)
+def test_meaningful_pairings_are_accepted(tmp_path, kwargs):
+    cfg = make(tmp_path, **kwargs)
+    assert cfg.mask_seed_mode == kwargs["mask_seed_mode"]
 
 
 @pytest.mark.parametrize(

@@ -513,6 +513,162 @@ def test_rollout_cache_refused_for_a_model_without_the_cache_path(tmp_path):
         )  # fmt: skip
 
 
+# ---------------------------------------------------------------------------------------------- ratio pairings
+
+
+@pytest.mark.parametrize("estimator", ["mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled"])
+def test_trl_sequence_level_grpo_uses_exactly_the_estimators_sequence_log_weight(tmp_path, estimator):
+    """The paper's GRPO baseline: TRL's importance_sampling_level='sequence' averages the per-token log-ratios over
+    the completion mask, which for these estimators is exactly L_theta - L_old, with fresh (independent) masks."""
+    tok = build_tiny_tokenizer()
+    args = make_args(
+        tmp_path,
+        loss_type="grpo",
+        importance_sampling_level="sequence",
+        likelihood_estimator=estimator,
+        mask_seed_mode="fresh",
+        epsilon=0.01,
+    )
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+    )
+    model, g = trainer.model, 4
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop; this test calls the loss directly
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    completion_ids = torch.tensor([[10, 11, 12, 0, 0], [13, 0, 0, 0, 0], [14, 15, 16, 17, 0], [18, 19, 0, 0, 0]])
+    completion_mask = (torch.arange(5)[None] <= torch.tensor([3, 1, 4, 2])[:, None]).long()
+    prompt_ids = torch.tensor([[3, 20, 21, 2, 4]] * g)
+    prompt_mask = torch.ones_like(prompt_ids)
+    ids, am = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
+    trainer._mask_stream = (1, 0)  # the old policy's own masks
+    with torch.no_grad():
+        old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, am, completion_ids.size(1))
+    old_seq = trainer._last_estimate.seq_logps.clone()
+    inputs = dict(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        advantages=adv,
+        old_per_token_logps=old,
+        num_items_in_batch=completion_mask.sum(),
+        mask_gen_step=torch.zeros(g, dtype=torch.long),
+    )
+    loss = trainer._compute_loss(model, inputs)
+    seq = trainer._last_estimate.seq_logps.detach()
+    assert not torch.allclose(seq, old_seq)  # independent masks: the weight is not 1
+    # by hand: rho = exp(L_theta - L_old), GRPO's conditional clip, mean over the G sequences (1/G)
+    rho = torch.exp(seq - old_seq)
+    expected = -torch.minimum(rho * adv, rho.clamp(1 - 0.01, 1 + 0.01) * adv).mean()
+    torch.testing.assert_close(loss.detach(), expected, atol=1e-6, rtol=1e-5)
+    region = ((rho < 0.99) & (adv < 0)) | ((rho > 1.01) & (adv > 0))
+    assert trainer._metrics["train"]["clip_ratio/region_mean"][-1] == pytest.approx(region.float().mean().item())
+    # the largest unclipped ratio is logged for TRL's losses too, at the level the loss consumes
+    assert trainer._metrics["train"]["stabledrl/weight_max"][-1] == pytest.approx(rho.max().item(), rel=1e-5)
+
+
+def test_fresh_per_token_ratios_are_mask_noise_and_shared_masks_are_not(tmp_path):
+    """Why the config refuses per-token ratios on independent random masks: measured log-ratios at theta = theta_old."""
+    tok = build_tiny_tokenizer()
+    ids = torch.tensor([[3, 20, 21, 2, 4, 10, 11, 12, 13, 14, 15, 16, 0]] * 4)
+    am = torch.ones_like(ids)
+    spread = {}
+    for mode in ("fresh", "shared"):
+        args = make_args(tmp_path, loss_type="dgpo", mask_seed_mode=mode, allow_noisy_token_ratios=True)
+        trainer = StableDRLTrainer(
+            model=make_llada(),
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=tok,
+        )
+        with torch.no_grad():
+            trainer._mask_stream = (2, 0, 0) if mode == "shared" else (1, 0)
+            old, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 8)
+            old_seq = trainer._last_estimate.seq_logps
+            trainer._mask_stream = (2, 0, 0) if mode == "shared" else (3, 0, 0)
+            cur, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 8)
+            cur_seq = trainer._last_estimate.seq_logps
+        spread[mode] = ((cur - old).abs().max().item(), (cur_seq - old_seq).abs().max().item())
+    assert spread["shared"] == (0.0, 0.0)  # the same masks, the same policy: every ratio is exactly 1
+    token_fresh, seq_fresh = spread["fresh"]
+    assert token_fresh > 2.0  # a token masked in one pass and not the other: |log-ratio| ~ its log-prob (~ log 101)
+    assert seq_fresh < token_fresh / 4  # the sequence log-weight averages that noise
+
+
+def _clipping_trainer(tmp_path, **kw):
+    tok = build_tiny_tokenizer()
+    args = make_args(tmp_path, max_steps=3, all_clipped_patience=2, **kw)
+    return StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+    )
+
+
+def test_every_sample_clipped_for_consecutive_steps_warns_and_is_logged(tmp_path, caplog):
+    # fresh masks make every sequence ratio differ from 1 by mask noise; a band of +-0.1% clips all of them
+    trainer = _clipping_trainer(
+        tmp_path, loss_type="stable_drl_ratio", mask_seed_mode="fresh", epsilon=1e-3, p_mask_prompt=0.5
+    )
+    with caplog.at_level("WARNING", logger="stabledrl_trl.stabledrl_trainer"):
+        trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["stabledrl/clip_frac"] for h in logs] == [1.0, 1.0, 1.0]
+    assert [h["stabledrl/all_clipped"] for h in logs] == [1.0, 1.0, 1.0]
+    assert [h["stabledrl/all_clipped_streak"] for h in logs] == [1.0, 2.0, 3.0]
+    assert all(h["grad_norm"] == 0.0 for h in logs)  # no learning
+    warned = [r.getMessage() for r in caplog.records if "consecutive optimiser steps" in r.getMessage()]
+    assert len(warned) == 1 and "2 consecutive" in warned[0] and "mask_seed_mode='shared'" in warned[0]
+
+
+def test_no_all_clipped_warning_when_ratios_are_meaningful(tmp_path, caplog):
+    trainer = _clipping_trainer(tmp_path, loss_type="stable_drl_ratio")  # auto: shared masks, ratio exactly 1
+    with caplog.at_level("WARNING", logger="stabledrl_trl.stabledrl_trainer"):
+        trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["stabledrl/all_clipped"] for h in logs] == [0.0, 0.0, 0.0]
+    assert all(h["grad_norm"] > 0 for h in logs)
+    assert not [r for r in caplog.records if "consecutive optimiser steps" in r.getMessage()]
+
+
+@pytest.mark.slow
+def test_every_loss_type_trains_under_its_defaults_with_bounded_gradients(tmp_path):
+    """Under its defaults (mask_seed_mode auto), every loss type trains a tiny LLaDA for 6 steps with
+    num_iterations 2: finite gradient norms no larger than 100x stable_drl's, and the parameters change."""
+    from stabledrl_trl.stabledrl_config import OWN_LOSS_TYPES, TRL_LOSS_TYPES
+
+    tok = build_tiny_tokenizer()
+    max_norms, modes = {}, {}
+    for loss_type in ("stable_drl", *[t for t in OWN_LOSS_TYPES + TRL_LOSS_TYPES if t != "stable_drl"]):
+        args = make_args(
+            tmp_path / loss_type,
+            loss_type=loss_type,
+            max_completion_length=16,
+            block_length=8,
+            diffusion_steps=8,
+            num_iterations=2,
+            max_steps=6,
+            learning_rate=1e-3,
+        )
+        modes[loss_type] = args.mask_seed_mode
+        trainer = StableDRLTrainer(
+            model=make_llada(),
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=tok,
+        )
+        before = params_copy(trainer.model)
+        trainer.train()
+        norms = torch.tensor([h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h])
+        assert norms.numel() == 6 and bool(torch.isfinite(norms).all()), (loss_type, norms)
+        max_norms[loss_type] = norms.max().item()
+        assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters()), loss_type
+    assert modes["stable_drl"] == "fresh" and all(m == "shared" for t, m in modes.items() if t != "stable_drl")
+    bound = 100 * max_norms["stable_drl"]
+    print("max grad norm per loss type:", {k: round(v, 4) for k, v in max_norms.items()})
+    assert all(v <= bound for v in max_norms.values()), max_norms
+
+
 def make_dream(seed=0):
     """A tiny Dream (Qwen2, bidirectional, shifted logits) on the tiny tokenizer's ids: mask 1, EOS / pad 0."""
     from stabledrl_trl.models.dream import DreamConfig, DreamModel
@@ -563,6 +719,29 @@ def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path)
             train_dataset=make_dataset(),
             processing_class=build_tiny_tokenizer(),
         )
+
+
+@pytest.mark.parametrize("completion_end, expected", [("any_eos", [10, 11, 2]), ("tokenizer_eos", [10, 11, 2, 12, 0])])
+def test_completion_end_decides_which_eos_ends_the_scored_completion(tmp_path, monkeypatch, completion_end, expected):
+    """Official: only tokenizer.eos_token_id (<|endoftext|>, 0 here) ends it; <|eot_id|> (2) before it is scored."""
+    from stabledrl_trl.diffusion.sampler import SamplerOutput, completion_mask_from_ids
+
+    tok = build_tiny_tokenizer()
+    args = make_args(tmp_path, completion_end=completion_end)
+    trainer = StableDRLTrainer(
+        model=make_llada(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(), processing_class=tok
+    )
+    seen = {}
+
+    def fake_generate(adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+        seen["eos"] = tuple(eos_token_ids)
+        ids = torch.tensor([[10, 11, 2, 12, 0, 0, 13, 0]]).expand(prompt_ids.shape[0], -1)  # (B, 8)
+        return SamplerOutput(ids, completion_mask_from_ids(ids, eos_token_ids))
+
+    monkeypatch.setattr(trainer._family_impl, "generate", fake_generate)
+    completions, _ = trainer._generate_single_turn([[3, 20, 4]], None, None, 1)
+    assert completions == [expected]
+    assert (seen["eos"] == (0,)) == (completion_end == "tokenizer_eos")
 
 
 # ---- reward_text: the completion up to the first EOS (TRL) or the whole rollout canvas (official StableDRL)

@@ -223,16 +223,21 @@ def _estimate(
     eubo_beta: float | None,
     entropy_weights: Tensor | None = None,
     context_mask: Tensor | None = None,
+    mask_context: bool = False,
 ) -> LikelihoodEstimate:
     """Forward the masked rows, then combine per-sample log p with the (B, K, C) weights.
 
     context_mask (B, C), optional: completion positions the model attends beyond the scored ones (e.g. the EOS tail
-    of a fixed-length diffusion canvas). They are visible context, never masked and never scored.
+    of a fixed-length diffusion canvas). Never scored; visible tokens, or, with mask_context, mask tokens in every
+    sample (the official StableDRL code masks the whole tail after the first EOS).
     """
     B, K, C = masks.completion.shape
     P = prompt_ids.shape[1]
     real = completion_mask.bool()  # (B, C)
     attended = completion_mask if context_mask is None else (context_mask.bool() | real).to(completion_mask.dtype)
+    if mask_context and context_mask is not None:
+        tail = context_mask.bool() & ~real  # (B, C) attended, unscored positions
+        masks.completion = masks.completion | tail[:, None, :]
     input_ids, attention = _masked_inputs(prompt_ids, prompt_mask, completion_ids, attended, masks, mask_token_id)
     if getattr(logits_fn, "two_copy", False):
         # [noisy || clean]: the clean copy of each row follows its masked copy (block-diffusion "staircase" layout)
@@ -285,6 +290,7 @@ def mean_field(
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
     context_mask: Tensor | None = None,
+    mask_context: bool = False,
 ) -> LikelihoodEstimate:
     """d1's one-step mean-field proxy: every completion token masked, prompt tokens w.p. p_mask_prompt.
 
@@ -302,6 +308,7 @@ def mean_field(
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
         mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context,
     )  # fmt: skip
 
 
@@ -319,6 +326,7 @@ def mc_elbo(
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
     context_mask: Tensor | None = None,
+    mask_context: bool = False,
     t_sampling: str = "uniform",
     eps: float = 1e-3,
 ) -> LikelihoodEstimate:
@@ -337,6 +345,7 @@ def mc_elbo(
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
         mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context,
     )  # fmt: skip
 
 
@@ -354,6 +363,7 @@ def mc_elbo_inv_t(
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
     context_mask: Tensor | None = None,
+    mask_context: bool = False,
     t_sampling: str = "uniform",
     eps: float = 1e-3,
 ) -> LikelihoodEstimate:
@@ -378,6 +388,7 @@ def mc_elbo_inv_t(
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
         mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context,
         entropy_weights=_per_token_mean_weights(masks.completion, real),
     )  # fmt: skip
 
@@ -396,6 +407,7 @@ def block_random(
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
     context_mask: Tensor | None = None,
+    mask_context: bool = False,
     block_size: int = 32,
 ) -> LikelihoodEstimate:
     """SPG's block-random ELBO (the official StableDRL code): masks from `block_random_masks`, per-token-mean form."""
@@ -408,6 +420,7 @@ def block_random(
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
         mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context,
     )  # fmt: skip
 
 
@@ -425,6 +438,7 @@ def coupled(
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
     context_mask: Tensor | None = None,
+    mask_context: bool = False,
 ) -> LikelihoodEstimate:
     """Coupled (complementary) masks, DiffuCoder / ESPO: each pair scores every real token exactly once.
 
@@ -444,6 +458,7 @@ def coupled(
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
         mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context,
     )  # fmt: skip
 
 
@@ -490,6 +505,7 @@ def estimate_likelihood(
     chunk_size: int | None = None,
     eubo_beta: float | None = None,
     context_mask: Tensor | None = None,
+    mask_context: bool = False,
     **estimator_kwargs,
 ) -> LikelihoodEstimate:
     """Estimate length-normalised log-likelihoods of completions with the estimator `name` (see ESTIMATORS).
@@ -497,7 +513,8 @@ def estimate_likelihood(
     prompt_ids (B, P) left-padded with prompt_mask; completion_ids (B, C) right-padded with completion_mask (1 up to and
     including the first EOS), the tokens masked and scored. context_mask (B, C), optional, adds completion positions
     the model attends as visible, unmasked, unscored context (a diffusion rollout's EOS tail after the first EOS, which
-    the model saw while generating). num_samples / p_mask_prompt None take the estimator's defaults (mean_field: 1 / 0.15;
+    the model saw while generating); mask_context=True shows those positions as mask tokens instead (the official
+    StableDRL code). num_samples / p_mask_prompt None take the estimator's defaults (mean_field: 1 / 0.15;
     mc_elbo, mc_elbo_inv_t: 2 / 0; block_random: 2 / 0.15; coupled: 2 / 0). Extra keyword arguments go to the estimator
     (mc_elbo*: t_sampling, eps; block_random: block_size).
     """
@@ -508,7 +525,8 @@ def estimate_likelihood(
     extra = sorted(set(estimator_kwargs) - set(allowed))
     if extra:
         own = sorted(
-            set(allowed) - {"mask_token_id", "seed", "num_samples", "p_mask_prompt", "chunk_size", "eubo_beta"}
+            set(allowed)
+            - {"mask_token_id", "seed", "num_samples", "p_mask_prompt", "chunk_size", "eubo_beta", "mask_context"}
         )
         raise ValueError(f"estimator {name!r} does not take {extra}; its own options are {own}")
     kwargs = dict(estimator_kwargs)
@@ -520,5 +538,5 @@ def estimate_likelihood(
     return fn(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
         mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta,
-        context_mask=context_mask, **kwargs,
+        context_mask=context_mask, mask_context=mask_context, **kwargs,
     )  # fmt: skip

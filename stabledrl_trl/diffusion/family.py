@@ -249,9 +249,13 @@ class MaskedDiffusionFamily(DiffusionFamily):
     name = "llada"
     default_sampler = "llada"
 
-    def estimate(self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id):
+    def estimate(
+        self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
+    ):
         # The sampler decodes a fixed canvas of max_completion_length positions, and the model sees the tail after
-        # the first EOS while it generates. Rebuild that canvas: the tail is visible, unmasked, unscored context.
+        # the first EOS while it generates. Rebuild that canvas: the tail is unscored context, visible EOS tokens
+        # (eos_tail "visible") or mask tokens (eos_tail "masked", the official StableDRL code, which also attends to
+        # the prompt's left padding and masks it like prompt tokens).
         c = completion_ids.size(1)
         canvas = max(c, args.max_completion_length)
         canvas_ids = completion_ids.new_full((completion_ids.size(0), canvas), fill_token_id)  # (B, G)
@@ -259,16 +263,18 @@ class MaskedDiffusionFamily(DiffusionFamily):
         scored = completion_mask.new_zeros(canvas_ids.shape)  # (B, G)
         scored[:, :c] = completion_mask
         name = args.likelihood_estimator
+        masked_tail = args.eos_tail == "masked"
         est = estimate_likelihood(
             name,
             adapter,
             prompt_ids,
-            prompt_mask,
+            torch.ones_like(prompt_mask) if masked_tail else prompt_mask,
             canvas_ids,
             scored,
             mask_token_id=adapter.mask_token_id,
             seed=seeds,
             context_mask=torch.ones_like(scored),
+            mask_context=masked_tail,
             num_samples=self.num_mc_samples(args),
             p_mask_prompt=args.p_mask_prompt,
             chunk_size=args.estimator_chunk_size,
@@ -312,6 +318,12 @@ class BlockDiffusionFamily(DiffusionFamily):
 
     def check(self, args, model) -> None:
         super().check(args, model)
+        if getattr(args, "eos_tail", "visible") == "masked":  # evaluation passes sampler settings only
+            raise ValueError(
+                "eos_tail='masked' shows a full-attention canvas's tail after the first EOS as mask tokens; a "
+                "block-diffusion estimate has no such tail (block-causal attention: nothing after the EOS reaches the "
+                "scored tokens). Leave eos_tail='visible' for SDAR / TraDo."
+            )
         block = self.block_size(model)
         steps = args.block_denoising_steps
         if steps is not None and steps > block:
@@ -340,7 +352,9 @@ class BlockDiffusionFamily(DiffusionFamily):
         )
         return SamplerOutput(out.completion_ids, out.completion_mask)
 
-    def estimate(self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id):
+    def estimate(
+        self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
+    ):
         name = args.likelihood_estimator
         return staircase_estimate(
             name,

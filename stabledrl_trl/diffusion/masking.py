@@ -302,10 +302,17 @@ def block_random_masks(
 ) -> Masks:
     """SPG's block-random masks (the official StableDRL code).
 
-    Completion positions are cut into blocks of block_size from the completion start. Per sample: choose one block
-    uniformly among the blocks holding real tokens; mask every real token of the later blocks; inside the chosen block
-    mask a uniformly random count k in [1, real tokens of the block] of its real positions (a uniformly random subset of
-    that size); mask real tokens of earlier blocks and real prompt tokens independently with probability p_mask_prompt.
+    Completion positions are cut into NB = ceil(C / block_size) blocks of block_size from the completion start (for
+    a diffusion rollout, the fixed canvas: 256 / 32 = 8 blocks in the official recipe). Block choice, as the official
+    code: one uniformly random permutation pi of the NB blocks per row; sample k takes
+
+        chosen_k = (pi[k mod NB] mod c)-th block holding real tokens,   c = number of such blocks,
+
+    so with c = NB the first NB samples never share a block (antithetic), and with c < NB block b gets probability
+    |{e < NB : e mod c = b}| / NB (c = 3, NB = 8: 3/8, 3/8, 2/8). Then: mask every real token of the later blocks;
+    inside the chosen block mask a uniformly random count k in [1, real tokens of the block] of its real positions (a
+    uniformly random subset of that size); mask real tokens of earlier blocks and real prompt tokens independently
+    with probability p_mask_prompt.
     """
     _check_pair(prompt_mask, completion_mask)
     check_num_samples(num_samples)
@@ -326,9 +333,11 @@ def block_random_masks(
     n_blocks_real = has_real.sum(dim=-1)  # (B,)
 
     zero = torch.zeros(1, dtype=torch.long, device=device)
-    u_block = _grid_uniform(seed, STREAM_BLOCK, B, K, zero)[..., 0]  # (B, K)
+    u_perm = _grid_uniform(seed, STREAM_BLOCK, B, 1, torch.arange(num_blocks, device=device))[:, 0]  # (B, NB)
+    perm = u_perm.argsort(dim=-1, stable=True)  # (B, NB) a uniformly random permutation of the canvas blocks
+    entry = perm[:, torch.arange(K, device=device) % num_blocks]  # (B, K)
     # index among the blocks holding real tokens, then the block it is (the (idx+1)-th such block)
-    idx = torch.minimum((u_block * n_blocks_real[:, None]).floor().long(), (n_blocks_real[:, None] - 1).clamp(min=0))
+    idx = entry % n_blocks_real[:, None].clamp(min=1)  # (B, K)
     rank_real = has_real.long().cumsum(dim=-1) - 1  # (B, NB): index of each real-holding block among them
     is_chosen = has_real[:, None, :] & (rank_real[:, None, :] == idx[..., None])  # (B, K, NB)
     chosen = torch.where(is_chosen.any(-1), is_chosen.long().argmax(-1), torch.full_like(idx, num_blocks))  # (B, K)

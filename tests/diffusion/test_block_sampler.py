@@ -49,7 +49,9 @@ class Recorder(torch.nn.Module):
         if out.logits.shape[1] == input_ids.shape[1]:
             self.calls.append((input_ids.clone(), out.logits.detach().clone()))
         else:
-            self.commits.append((len(self.calls), input_ids.clone()))  # prefill / commit after this many denoising calls
+            self.commits.append(
+                (len(self.calls), input_ids.clone())
+            )  # prefill / commit after this many denoising calls
         return out
 
 

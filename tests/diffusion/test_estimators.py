@@ -173,9 +173,15 @@ def _ratio_expectation(elp, n, eps, inv_t):
     return total
 
 
-def _block_random_expectation(elp, n, block_size, q):
-    """Sum over completion masks S of P(S) * per-token mean, P(S) literally from the block-random description."""
+def _block_random_expectation(elp, n, block_size, q, canvas_blocks):
+    """Sum over completion masks S of P(S) * per-token mean, P(S) literally from the block-random description.
+
+    Block choice as the official code: entry k of a random permutation of the canvas_blocks canvas blocks, modulo
+    the number c of blocks holding real tokens, so block b has probability |{e < canvas_blocks: e % c == b}| / NB.
+    """
     blocks = [list(range(b, min(b + block_size, n))) for b in range(0, n, block_size)]
+    c = len(blocks)
+    p_block = [sum(e % c == b for e in range(canvas_blocks)) / canvas_blocks for b in range(c)]
     total = 0.0
     for S in product([False, True], repeat=n):
         prob = 0.0
@@ -189,7 +195,7 @@ def _block_random_expectation(elp, n, block_size, q):
                 continue
             p_in = (1 / len(blk)) / math.comb(len(blk), k)  # count uniform in [1, n_b], subset uniform
             p_early = math.prod(q if S[i] else 1 - q for i in earlier)
-            prob += p_in * p_early / len(blocks)
+            prob += p_in * p_early * p_block[bi]
         if prob:
             total += prob * sum(elp[S][i] for i in range(n) if S[i]) / sum(S)
     return total
@@ -230,14 +236,15 @@ def test_monte_carlo_mean_matches_exact_expectation(model, case):
     elif name in ("mc_elbo", "mc_elbo_inv_t"):
         exact = _ratio_expectation(elp, n, opts.get("eps", 1e-3), inv_t=name == "mc_elbo_inv_t")
     elif name == "block_random":
-        exact = _block_random_expectation(elp, n, opts["block_size"], opts["p_mask_prompt"])
+        # a 3-block canvas holding 2 real blocks: blocks chosen with probabilities 2/3, 1/3
+        exact = _block_random_expectation(elp, n, opts["block_size"], opts["p_mask_prompt"], canvas_blocks=3)
     else:
         exact = _coupled_expectation(elp, n)
 
     # Rows of one batch are independent replicates (their masks hash the row index); two seeds, 3000 rows each,
     # with one padding column on each side so the layout is not the trivial one.
     N = 3000
-    batch = make_batch([prompt] * N, [completion] * N, P=3, C=4)
+    batch = make_batch([prompt] * N, [completion] * N, P=3, C=6 if name == "block_random" else 4)
     with torch.no_grad():
         est = torch.cat(
             [
@@ -260,8 +267,9 @@ def test_exact_expectation_distinguishes_estimators(model):
         float(np.mean(elp[(True,) * 3])),
         _ratio_expectation(elp, 3, 1e-3, inv_t=False),
         _ratio_expectation(elp, 3, 1e-3, inv_t=True),
-        _block_random_expectation(elp, 3, 2, 0.0),
+        _block_random_expectation(elp, 3, 2, 0.0, canvas_blocks=3),
         _coupled_expectation(elp, 3),
+        _block_random_expectation(elp, 3, 2, 0.0, canvas_blocks=2),  # = a uniform choice among the real blocks
     ]
     gaps = [abs(a - b) for a, b in combinations(values, 2)]
     assert min(gaps) > 0.01, values
@@ -445,7 +453,8 @@ def test_padding_other_rows_and_tokens_after_eos_change_nothing(model, name):
     with torch.no_grad():
         base = run(name, model, batch, seed=1)
         # extra left padding of prompts and extra right padding of completions
-        _assert_same(base, run(name, model, _pad(batch, 3, 5), seed=1), C=C)
+        # (block_random permutes the canvas blocks, so its canvas keeps its block count: C 9 -> 10, blocks of 2)
+        _assert_same(base, run(name, model, _pad(batch, 3, 1 if name == "block_random" else 5), seed=1), C=C)
         # other rows replaced: row 1 keeps its estimate (its masks hash its row index, not its neighbours)
         other = make_batch(
             [[6, 6, 6, 6, 6], ROWS[0][1], [2], [3, 3]], [[5], ROWS[1][1], [2, 3, 4, 5, 6, 2, 3], [4, 4]], C=C
@@ -470,7 +479,8 @@ def test_per_row_seed_tensor_makes_rows_layout_independent(model, name):
         shuffled = run(name, model, tuple(t[perm] for t in batch), seed=seeds[perm])
         assert torch.allclose(base.seq_logps[perm], shuffled.seq_logps, atol=1e-5)
         assert torch.allclose(base.eubo[perm], shuffled.eubo, atol=1e-5)
-        _assert_same(base, run(name, model, _pad(batch, 2, 3), seed=seeds), C=batch[2].shape[1])
+        right = 1 if name == "block_random" else 3  # same canvas block count for block_random
+        _assert_same(base, run(name, model, _pad(batch, 2, right), seed=seeds), C=batch[2].shape[1])
     with pytest.raises(ValueError, match="one seed per row"):
         run(name, model, batch, seed=seeds[:3])
 
@@ -556,7 +566,8 @@ def test_works_with_tiny_llada(tiny_llada):
     batch = make_batch([[10, 11, 12], [13]], [[20, 21, 22, 0], [23, 24]])
     with torch.no_grad():
         base = run("block_random", fn, batch, seed=0)
-        _assert_same(base, run("block_random", fn, _pad(batch, 2, 3), seed=0), C=4)
+        # right padding within the canvas's last block (block_random permutes the canvas blocks)
+        _assert_same(base, run("block_random", fn, _pad(batch, 2, 0), seed=0), C=4)
     assert bool(torch.isfinite(base.seq_logps).all()) and bool((base.seq_logps < 0).all())
 
 
@@ -676,3 +687,40 @@ def test_context_mask_tokens_are_visible_but_never_masked_or_scored():
             **({"block_size": 2} if name == "block_random" else {}),
         )
         assert not torch.allclose(plain.seq_logps, est.seq_logps)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_masked_context_is_masked_in_every_sample_attended_and_never_scored(model, name):
+    """The official EOS tail: every position after the first EOS is a mask token in every sample, and attended."""
+    batch = make_batch(*ROWS)
+    pid, pm, cid, cm = batch
+    context = torch.ones_like(cm)
+    tail = context.bool() & ~cm.bool()  # (B, C)
+    rec = Recorder(model)
+    with torch.no_grad():
+        est = run(name, rec, batch, seed=4, context_mask=context, mask_context=True)
+        visible = run(name, model, batch, seed=4, context_mask=context)
+        plain = run(name, Recorder(model), batch, seed=4)
+    ids, attn = rec.inputs()
+    K, P = ids.shape[0] // cid.shape[0], pid.shape[1]
+    ids = ids.view(cid.shape[0], K, -1)[..., P:]  # (B, K, C)
+    attn = attn.view(cid.shape[0], K, -1)[..., P:]
+    assert bool(ids[tail[:, None].expand_as(ids)].eq(MASK).all())  # the tail: mask tokens in every sample
+    assert bool(attn.eq(1).all())  # the whole canvas attended
+    # the real tokens get the same masks as without a context (same seed): only the tail differs
+    rec_plain = Recorder(model)
+    with torch.no_grad():
+        run(name, rec_plain, batch, seed=4)
+    plain_ids = rec_plain.inputs()[0].view(cid.shape[0], K, -1)[..., P:]
+    real = cm.bool()[:, None].expand_as(ids)
+    assert torch.equal(ids[real] == MASK, plain_ids[real] == MASK)
+    assert bool(est.token_logps[tail].eq(0).all())  # never scored
+    # what the tail holds no longer matters: it is masked
+    cid2 = torch.where(tail, torch.full_like(cid, 6), cid)
+    with torch.no_grad():
+        other = run(name, model, (pid, pm, cid2, cm), seed=4, context_mask=context, mask_context=True)
+    assert torch.allclose(other.seq_logps, est.seq_logps, atol=1e-6)
+    # and it is a different estimate from the visible tail's and from no tail at all
+    rows = tail.any(-1)
+    assert not torch.allclose(est.seq_logps[rows], visible.seq_logps[rows], atol=1e-4)
+    assert not torch.allclose(est.seq_logps[rows], plain.seq_logps[rows], atol=1e-4)

@@ -23,8 +23,17 @@ def test_every_detected_family_is_registered():
 
 
 def _args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path), max_completion_length=8, block_length=4, diffusion_steps=4,
-                num_generations=2, per_device_train_batch_size=2, report_to="none", use_cpu=True, bf16=False)
+    base = dict(
+        output_dir=str(tmp_path),
+        max_completion_length=8,
+        block_length=4,
+        diffusion_steps=4,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+    )
     base.update(kw)
     return StableDRLConfig(**base)
 
@@ -37,8 +46,18 @@ def test_llada_family_generate_matches_the_sampler(tiny_llada, tiny_tokenizer, t
     out = get_family("llada").generate(
         adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(3)
     )
-    ref = generate(adapter, prompt, mask, mask_token_id=adapter.mask_token_id, gen_length=8, block_length=4, steps=4,
-                   temperature=0.9, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(3))
+    ref = generate(
+        adapter,
+        prompt,
+        mask,
+        mask_token_id=adapter.mask_token_id,
+        gen_length=8,
+        block_length=4,
+        steps=4,
+        temperature=0.9,
+        eos_token_ids=adapter.eos_token_ids,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert torch.equal(out.completion_ids, ref.completion_ids)
     assert torch.equal(out.completion_mask, ref.completion_mask)
 
@@ -55,8 +74,18 @@ def test_llada_family_estimate_scores_the_canvas_with_a_visible_tail(tiny_llada,
         est = get_family("llada").estimate(adapter, prompt, pmask, comp, cmask, args, seeds=seeds, fill_token_id=eos)
         canvas = torch.tensor([[12, 13, eos, eos, eos, eos, eos, eos]])  # the sampler's full 8-position canvas
         scored = torch.tensor([[1, 1, 1, 0, 0, 0, 0, 0]])
-        ref = estimate_likelihood("mc_elbo", adapter, prompt, pmask, canvas, scored, mask_token_id=adapter.mask_token_id,
-                                  seed=seeds, num_samples=2, context_mask=torch.ones_like(scored))
+        ref = estimate_likelihood(
+            "mc_elbo",
+            adapter,
+            prompt,
+            pmask,
+            canvas,
+            scored,
+            mask_token_id=adapter.mask_token_id,
+            seed=seeds,
+            num_samples=2,
+            context_mask=torch.ones_like(scored),
+        )
     assert est.token_logps.shape == (1, 5)
     torch.testing.assert_close(est.token_logps, ref.token_logps[:, :5], rtol=0, atol=0)
     assert float(est.token_logps[0, 3:].abs().sum()) == 0.0  # padding after the EOS is never scored
@@ -82,7 +111,9 @@ def test_sdar_family_uses_the_block_sampler_and_staircase_estimates(tiny_tokeniz
     ref = block_generate(model, prompt, mask, mask_token_id=adapter.mask_token_id, eos_token_ids=adapter.eos_token_ids,
                          pad_token_id=adapter.pad_token_id, block_size=4, gen_length=8, temperature=0.8, top_k=30,
                          remasking="low_confidence_static", generator=torch.Generator().manual_seed(4))  # fmt: skip
-    assert torch.equal(out.completion_ids, ref.completion_ids) and torch.equal(out.completion_mask, ref.completion_mask)
+    assert torch.equal(out.completion_ids, ref.completion_ids) and torch.equal(
+        out.completion_mask, ref.completion_mask
+    )
     seeds = torch.tensor([3, 4])
     with torch.no_grad():
         est = family.estimate(adapter, prompt, mask, out.completion_ids, out.completion_mask, args, seeds=seeds,
@@ -97,9 +128,20 @@ def _tiny_dream():
     """A tiny Dream on the tiny tokenizer's ids (mask 1, EOS / pad 0), weights from seed 0 (global RNG untouched)."""
     from stabledrl_trl.models.dream import DreamConfig, DreamModel
 
-    config = DreamConfig(vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, mask_token_id=1, eos_token_id=0,
-                         pad_token_id=0, bos_token_id=0, rope_theta=1e6, use_sliding_window=False)
+    config = DreamConfig(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        mask_token_id=1,
+        eos_token_id=0,
+        pad_token_id=0,
+        bos_token_id=0,
+        rope_theta=1e6,
+        use_sliding_window=False,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return DreamModel(config).eval()
@@ -114,19 +156,47 @@ def test_dream_family_uses_dreams_sampler_by_default(tiny_tokenizer, tmp_path):
     mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
     family = get_family("dream")
     assert family.sampler_name(args) == "dream" and get_family("llada").sampler_name(args) == "llada"
-    out = family.generate(adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids,
-                          generator=torch.Generator().manual_seed(3))
-    ref = dream_generate(adapter, prompt, mask, mask_token_id=1, gen_length=8, steps=4, alg="entropy", eps=1e-3,
-                         temperature=0.9, top_p=0.95, eos_token_ids=adapter.eos_token_ids,
-                         generator=torch.Generator().manual_seed(3))
+    out = family.generate(
+        adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(3)
+    )
+    ref = dream_generate(
+        adapter,
+        prompt,
+        mask,
+        mask_token_id=1,
+        gen_length=8,
+        steps=4,
+        alg="entropy",
+        eps=1e-3,
+        temperature=0.9,
+        top_p=0.95,
+        eos_token_ids=adapter.eos_token_ids,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert torch.equal(out.completion_ids, ref.completion_ids)
     assert torch.equal(out.completion_mask, ref.completion_mask)
     # diffusion_sampler overrides the family's choice, both ways
     llada_args = _args(tmp_path, temperature=0.9, diffusion_sampler="llada")
-    out = family.generate(adapter, prompt, mask, llada_args, eos_token_ids=adapter.eos_token_ids,
-                          generator=torch.Generator().manual_seed(3))
-    ref = generate(adapter, prompt, mask, mask_token_id=1, gen_length=8, block_length=4, steps=4, temperature=0.9,
-                   eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(3))
+    out = family.generate(
+        adapter,
+        prompt,
+        mask,
+        llada_args,
+        eos_token_ids=adapter.eos_token_ids,
+        generator=torch.Generator().manual_seed(3),
+    )
+    ref = generate(
+        adapter,
+        prompt,
+        mask,
+        mask_token_id=1,
+        gen_length=8,
+        block_length=4,
+        steps=4,
+        temperature=0.9,
+        eos_token_ids=adapter.eos_token_ids,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert torch.equal(out.completion_ids, ref.completion_ids)
     dream_args = _args(tmp_path, diffusion_sampler="dream", dream_alg="maskgit_plus", temperature=0.0)
     assert get_family("llada").sampler_name(dream_args) == "dream"

@@ -163,11 +163,14 @@ def test_masks_invariant_to_padding_width_and_other_rows(name):
     sampler = _all_samplers()[name]
     prompt_mask, completion_mask = _batch(B=8)
     masks = sampler(11, prompt_mask, completion_mask)
-    # 3 extra left-padding columns on prompts, 4 extra right-padding columns on completions
+    # 3 extra left-padding columns on prompts, 4 extra right-padding columns on completions. block_random permutes
+    # the canvas blocks (as the official code), so its canvas width is part of the input: only the prompt is
+    # widened for it (the trainer always passes the fixed max_completion_length canvas).
+    extra = 0 if name == "block_random" else 4
     wide = sampler(
         11,
         torch.cat([torch.zeros(8, 3, dtype=torch.long), prompt_mask], 1),
-        torch.cat([completion_mask, torch.zeros(8, 4, dtype=torch.long)], 1),
+        torch.cat([completion_mask, torch.zeros(8, extra, dtype=torch.long)], 1),
     )
     assert torch.equal(wide.prompt[..., 3:], masks.prompt)
     assert not bool(wide.prompt[..., :3].any())
@@ -280,6 +283,37 @@ def test_block_random_structure():
     assert abs(e.mean().item() - p) < 5 * math.sqrt(p * (1 - p) / e.numel())
     pr = m.prompt.double()
     assert abs(pr.mean().item() - p) < 5 * math.sqrt(p * (1 - p) / pr.numel())
+
+
+def test_block_random_choice_follows_one_permutation_of_the_canvas_blocks():
+    """Official block choice: sample k takes entry k of a random permutation of the NB canvas blocks, mod c."""
+    B, NB, bs = 6000, 8, 2
+    C = NB * bs
+    lengths = torch.tensor([C] * (B // 2) + [5, 6] * (B // 4))  # 8 real blocks, or 3 (5 or 6 real tokens)
+    completion_mask = (torch.arange(C)[None] < lengths[:, None]).long()
+    prompt_mask = torch.ones(B, 3, dtype=torch.long)
+    m = block_random_masks(11, prompt_mask, completion_mask, num_samples=2, block_size=bs, p_mask_prompt=0.0)
+    eight, three = slice(0, B // 2), slice(B // 2, B)
+    # c = 8: the two samples never share a block, and each block is equally likely (1/8)
+    assert bool((m.block[eight, 0] != m.block[eight, 1]).all())
+    n8 = B // 2
+    share8 = torch.bincount(m.block[eight].reshape(-1), minlength=NB).double() / (2 * n8)
+    assert bool(((share8 - 1 / 8).abs() < 5 * math.sqrt(1 / 8 * 7 / 8 / (2 * n8))).all()), share8
+    # c = 3: entries {0,3,6} -> block 0, {1,4,7} -> 1, {2,5} -> 2: probabilities 3/8, 3/8, 2/8
+    n3 = B // 2
+    chosen3 = m.block[three]  # (n3, 2)
+    assert bool((chosen3 < 3).all())
+    for k in range(2):
+        share = torch.bincount(chosen3[:, k], minlength=3).double() / n3
+        expected = torch.tensor([3 / 8, 3 / 8, 2 / 8], dtype=torch.float64)
+        assert bool(((share - expected).abs() < 5 * torch.sqrt(expected * (1 - expected) / n3)).all()), share
+    # distinct entries of one permutation: P(both samples on block 2) = (2/8)(1/7), not (2/8)^2 as if independent
+    both2 = ((chosen3[:, 0] == 2) & (chosen3[:, 1] == 2)).double().mean().item()
+    assert abs(both2 - 1 / 28) < 5 * math.sqrt(1 / 28 * 27 / 28 / n3)
+    # more samples than blocks: sample k + NB reuses sample k's permutation entry
+    m10 = block_random_masks(11, prompt_mask[:50], completion_mask[:50], num_samples=NB + 2, block_size=bs)
+    assert torch.equal(m10.block[:, NB:], m10.block[:, :2])
+    assert torch.equal(m10.block[:, :2], m.block[:50])  # the first samples do not depend on K
 
 
 def test_coupled_masks_are_complementary():

@@ -76,9 +76,11 @@ def reference_forward(sd: dict, config: dict, input_ids: torch.Tensor, attention
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + bias, dim=-1)  # (B, H, L, L)
         x = x + (att @ v).transpose(1, 2).reshape(B, L, n_heads * hd) @ w[b + "self_attn.o_proj.weight"].T
         h = rms_norm(x, w[b + "post_attention_layernorm.weight"])
-        x = x + (F.silu(h @ w[b + "mlp.gate_proj.weight"].T) * (h @ w[b + "mlp.up_proj.weight"].T)) @ w[
-            b + "mlp.down_proj.weight"
-        ].T
+        x = (
+            x
+            + (F.silu(h @ w[b + "mlp.gate_proj.weight"].T) * (h @ w[b + "mlp.up_proj.weight"].T))
+            @ w[b + "mlp.down_proj.weight"].T
+        )
     return rms_norm(x, w["model.norm.weight"]) @ head.T  # (B, L, V)
 
 
@@ -202,8 +204,10 @@ def test_left_padded_row_gives_the_row_alone(attn_implementation):
         padded = model(batch, attention_mask=mask).logits
         alone_short = model(short[None]).logits[0]
         alone_long = model(long_row[None]).logits[0]
-    assert (padded[1, 6:] - alone_short).abs().max() <= 1e-5
-    assert (padded[0] - alone_long).abs().max() <= 1e-5
+    # float32 kernels of different shapes round differently (~1e-6 relative on logits of size ~5); a misaligned
+    # block or an attended pad changes logits by O(1)
+    assert (padded[1, 6:] - alone_short).abs().max() <= 5e-5
+    assert (padded[0] - alone_long).abs().max() <= 5e-5
     ref = reference_forward(model.state_dict(), tiny_sdar_config_dict(num_key_value_heads=2), batch, mask)
     real = mask.bool()
     assert (padded[real].double() - ref[real]).abs().max() <= 1e-4 * max(1.0, ref.abs().max().item())

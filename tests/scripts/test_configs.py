@@ -86,6 +86,15 @@ def test_official_recipe_values(load_script):
     assert m.model_name_or_path == "GSAI-ML/LLaDA-8B-Instruct"
 
 
+@pytest.mark.parametrize(
+    "path", [p for p in TRAIN_CONFIGS if os.path.basename(p).startswith("llada_")], ids=os.path.basename
+)
+def test_official_configs_use_the_official_estimator_inputs(path, load_script):
+    train = load_script("train")
+    _, a, _ = train.make_parser().parse_args_and_config(["--config", path, "--use_cpu", "true"])
+    assert (a.mask_seed_mode, a.eos_tail, a.completion_end) == ("fresh", "masked", "tokenizer_eos")
+
+
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=os.path.basename)
 def test_accelerate_config_loads(path):
     from accelerate.commands.config.config_args import load_config_from_file
