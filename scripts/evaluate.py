@@ -107,9 +107,9 @@ class EvaluateArguments:
     dream_alg_temp: float | None = field(default=None, metadata={"help": "Dream sampler: position temperature."})
     dream_eps: float | None = field(default=None, metadata={"help": "Dream sampler: final time of the schedule."})
     top_p: float | None = field(
-        default=None, metadata={"help": "Dream / block sampler: nucleus filtering (1.0 = off)."}
+        default=None, metadata={"help": "Nucleus filtering of the candidate draw, every sampler (1.0 = off)."}
     )
-    top_k: int | None = field(default=None, metadata={"help": "Dream / block sampler: top-k filtering (0 = off)."})
+    top_k: int | None = field(default=None, metadata={"help": "Top-k filtering of the candidate draw, every sampler (0 = off)."})
     block_denoising_steps: int | None = field(
         default=None, metadata={"help": "Block diffusion: denoising steps per block (None = the block size)."}
     )

@@ -278,8 +278,8 @@ def test_each_family_is_evaluated_with_its_training_sampler(tiny_tokenizer, tiny
     _tiny_eval(dream, tiny_tokenizer, rows, sampler="llada")
     _tiny_eval(tiny_llada, tiny_tokenizer, rows)
     assert calls == ["dream", "llada", "llada"]
-    with pytest.raises(ValueError, match="top_p"):
-        _tiny_eval(tiny_llada, tiny_tokenizer, rows, top_p=0.9)
+    with pytest.raises(ValueError, match="dream_alg"):  # a Dream-sampler setting LLaDA's sampler would ignore
+        _tiny_eval(tiny_llada, tiny_tokenizer, rows, dream_alg="origin")
     with pytest.raises(ValueError, match="sampler="):
         _tiny_eval(tiny_llada, tiny_tokenizer, rows, sampler="fast")
 

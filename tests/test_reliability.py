@@ -207,10 +207,22 @@ def test_autoregressive_only_sampling_options_are_refused_for_diffusion(tmp_path
     assert not trainer.is_diffusion
 
 
-def test_top_k_top_p_are_refused_by_llada_sampler_not_ignored(tmp_path):
-    # LLaDA's sampler has no top-k / top-p filtering (Dream's and SDAR's samplers use the same TRL fields).
-    with pytest.raises(ValueError, match="top_p=0.9, top_k=5"):
-        make_trainer(tmp_path, args=make_args(tmp_path, top_k=5, top_p=0.9))
+def test_top_k_top_p_reach_llada_sampler_not_ignored(tmp_path):
+    # TRL's top_k / top_p restrict LLaDA's candidate draw (Dream's and SDAR's samplers read the same fields): with
+    # top_k=1 a draw at temperature 0.9 is the argmax, so the rollout equals the greedy one; without it, it does not.
+    trainer = make_trainer(tmp_path, args=make_args(tmp_path, top_k=1, temperature=0.9))
+    adapter = trainer._adapter(trainer.model)
+    prompt = torch.tensor([[5, 6, 7, 8]] * 4)
+    mask = torch.ones_like(prompt)
+
+    def rollout(args):
+        return trainer._family_impl.generate(
+            adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(0)
+        ).completion_ids
+
+    greedy = rollout(make_args(tmp_path, temperature=0.0, num_generations=2, per_device_train_batch_size=2))
+    assert torch.equal(rollout(trainer.args), greedy)
+    assert not torch.equal(rollout(make_args(tmp_path, temperature=0.9)), greedy)
 
 
 # --------------------------------------------------------------------------- datasets

@@ -91,8 +91,6 @@ def test_every_new_field_is_documented():
         (dict(diffusion_sampler="dream", remasking="random"), ["remasking", "random", "dream_alg"]),
         (dict(diffusion_sampler="dream", cfg_scale=1.0), ["cfg_scale", "guidance"]),
         (dict(diffusion_sampler="llada", dream_alg="maskgit_plus"), ["dream_alg", "maskgit_plus", "'dream'"]),
-        (dict(diffusion_sampler="llada", top_p=0.95), ["top_p", "0.95", "LLaDA"]),
-        (dict(diffusion_sampler="llada", top_k=20), ["top_k", "20", "LLaDA"]),
         # reward text
         (dict(reward_text="full"), ["reward_text", "full", "'canvas'", "'completion'"]),
         (dict(diffusion_sampler="dream", parallel_threshold=0.9), ["parallel_threshold", "Dream", "'llada'"]),

@@ -711,14 +711,40 @@ def test_dream_trains_with_dreams_own_sampler(tmp_path, monkeypatch):
 
 
 def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path):
-    with pytest.raises(ValueError, match="top_p=0.9"):
+    with pytest.raises(ValueError, match="dream_alg"):
         StableDRLTrainer(
             model=make_llada(),
             reward_funcs=digit_reward,
-            args=make_args(tmp_path, top_p=0.9),
+            args=make_args(tmp_path, dream_alg="origin"),
             train_dataset=make_dataset(),
             processing_class=build_tiny_tokenizer(),
         )
+
+
+def test_llada_rollouts_draw_from_the_configured_top_k(tmp_path, monkeypatch):
+    """GRPOConfig's top_k / top_p reach LLaDA's sampler: with top_k=1 every draw is the argmax, so at temperature
+    0.9 every completion of a prompt equals the greedy one."""
+    from stabledrl_trl.diffusion import family as family_module
+
+    seen = []
+    llada_generate = family_module.llada_generate
+
+    def spy(*a, **kw):
+        out = llada_generate(*a, **kw)
+        greedy = llada_generate(*a, **{**kw, "temperature": 0.0, "top_k": None, "top_p": None})
+        seen.append((kw["top_k"], kw["top_p"], torch.equal(out.completion_ids, greedy.completion_ids)))
+        return out
+
+    monkeypatch.setattr(family_module, "llada_generate", spy)
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, max_steps=1, top_k=1, temperature=0.9),
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    trainer.train()
+    assert seen and all(s == (1, None, True) for s in seen)
 
 
 @pytest.mark.parametrize("completion_end, expected", [("any_eos", [10, 11, 2]), ("tokenizer_eos", [10, 11, 2, 12, 0])])

@@ -47,6 +47,7 @@ def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
     Finished rows leave the batch (exact) unless the reward reads the whole canvas (`reward_text="canvas"`): the
     tokens after the first EOS are then graded and must be decoded. `rollout_cache`, `parallel_threshold` and
     `max_tokens_per_step` select the approximate modes (the caches need a LLaDA model: `DiffusionFamily.check`).
+    `top_k` / `top_p` restrict the candidate draw; the confidence stays LLaDA's (the drawn token's probability).
     """
     return llada_generate(
         adapter,
@@ -65,6 +66,9 @@ def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
         cache=getattr(args, "rollout_cache", "none"),
         threshold=getattr(args, "parallel_threshold", None),
         max_tokens_per_step=getattr(args, "max_tokens_per_step", None),
+        # GRPOConfig's top_p = 1 and top_k = 0 (or None) mean no filtering
+        top_k=args.top_k if args.top_k else None,
+        top_p=args.top_p if args.top_p is not None and args.top_p < 1 else None,
     )
 
 
@@ -138,11 +142,6 @@ def check_sampler_settings(args, sampler: str) -> None:
                 "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
                 f"{DREAM_SAMPLER_DEFAULTS}."
             )
-        if args.top_p != 1.0 or args.top_k:
-            raise ValueError(
-                f"top_p={args.top_p}, top_k={args.top_k}: LLaDA's sampler has no nucleus / top-k filtering; set "
-                "top_p=1.0 and top_k=0, or diffusion_sampler='dream'."
-            )
 
 
 class DiffusionFamily:
@@ -159,7 +158,7 @@ class DiffusionFamily:
 
     def check(self, args, model) -> None:
         """Raise a ValueError naming the field and the fix when `args` cannot drive this family's `model`, or sets
-        what its rollouts would ignore (e.g. top_p with LLaDA's sampler); the trainer calls it once, at construction."""
+        what its rollouts would ignore (e.g. dream_alg with LLaDA's sampler); the trainer calls it once, at construction."""
         if self.default_sampler is not None:
             check_sampler_settings(args, self.sampler_name(args))
             block = {k: getattr(args, k) for k, v in BLOCK_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}

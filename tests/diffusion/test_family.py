@@ -205,8 +205,6 @@ def test_dream_family_uses_dreams_sampler_by_default(tiny_tokenizer, tmp_path):
 @pytest.mark.parametrize(
     "family, kwargs, match",
     [
-        ("llada", dict(top_p=0.9), "top_p=0.9"),
-        ("llada", dict(top_k=5), "top_k=5"),
         ("llada", dict(dream_alg="origin"), "dream_alg"),
         ("masked_lm", dict(dream_eps=0.01), "dream_eps"),
         ("dream", dict(remasking="random"), "remasking"),
