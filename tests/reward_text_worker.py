@@ -83,6 +83,10 @@ def main(out_path: str) -> None:
     if trainer.accelerator.is_main_process:
         with open(out_path, "w") as f:
             json.dump({"num_processes": trainer.accelerator.num_processes, "rows": rows}, f)
+    # Every process leaves together (a rank exiting while its peer still holds the gloo group can abort the peer).
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
