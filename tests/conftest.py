@@ -4,6 +4,7 @@ loader for the scripts in scripts/."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +30,25 @@ def load_script():
         return loaded[name]
 
     return load
+
+
+@pytest.fixture
+def clean_env() -> dict:
+    """The environment a fresh shell gives a launched script: no launcher, torch.distributed or accelerate state that
+    an earlier test (or the shell running pytest) left behind; one thread per process; this checkout importable."""
+    drop = (
+        "ACCELERATE_",
+        "MASTER_",
+        "TORCHELASTIC_",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    return env
 
 
 @pytest.fixture

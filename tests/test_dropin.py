@@ -11,7 +11,6 @@ runs the script and checks what it should have done.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -346,23 +345,6 @@ trainer.train(resume_from_checkpoint=True if RESUME else None)
 """
 
 
-def clean_env() -> dict:
-    """The environment a fresh shell gives a script: no launcher or accelerate state left by earlier tests."""
-    drop = (
-        "ACCELERATE_",
-        "MASTER_",
-        "TORCHELASTIC_",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_",
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    return env
-
-
 def write_script(tmp_path, source: str, name: str) -> str:
     path = tmp_path / name
     path.write_text(swap_class_names(source))
@@ -370,20 +352,20 @@ def write_script(tmp_path, source: str, name: str) -> str:
 
 
 @pytest.mark.slow
-def test_two_processes(tmp_path, tiny_llada_path):
+def test_two_processes(tmp_path, tiny_llada_path, clean_env):
     script = write_script(tmp_path, TWO_PROCESS_SCRIPT, "train_2proc.py")
     out = tmp_path / "out"
     # torchrun's standalone mode binds a free port itself (no fixed port, no check-then-bind race).
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     proc = subprocess.run(
-        [*cmd, script, tiny_llada_path, str(out)], env=clean_env(), capture_output=True, text=True, timeout=600
+        [*cmd, script, tiny_llada_path, str(out)], env=clean_env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert json.loads((out / "result.json").read_text()) == {"num_processes": 2, "step": 2}
 
 
 @pytest.mark.slow
-def test_resume_matches_uninterrupted_run(tmp_path, tiny_llada_path):
+def test_resume_matches_uninterrupted_run(tmp_path, tiny_llada_path, clean_env):
     import shutil
 
     script = write_script(tmp_path, RESUME_SCRIPT, "train_resume.py")
@@ -392,7 +374,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, tiny_llada_path):
     def run(out, mode):
         proc = subprocess.run(
             [sys.executable, script, tiny_llada_path, str(out), mode],
-            env=clean_env(),
+            env=clean_env,
             capture_output=True,
             text=True,
             timeout=600,
@@ -413,7 +395,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, tiny_llada_path):
 
 
 @pytest.mark.slow
-def test_two_processes_that_accelerate_would_run_alone_are_refused(tmp_path, tiny_llada_path):
+def test_two_processes_that_accelerate_would_run_alone_are_refused(tmp_path, tiny_llada_path, clean_env):
     # Without use_cpu=True on a machine without GPUs accelerate leaves each launched process undistributed.
     if torch.cuda.is_available():
         pytest.skip("on a machine with GPUs these processes are distributed: nothing to refuse")
@@ -422,7 +404,7 @@ def test_two_processes_that_accelerate_would_run_alone_are_refused(tmp_path, tin
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     proc = subprocess.run(
         [*cmd, script, tiny_llada_path, str(tmp_path / "out")],
-        env=clean_env(),
+        env=clean_env,
         capture_output=True,
         text=True,
         timeout=600,

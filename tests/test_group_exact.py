@@ -28,51 +28,33 @@ def test_gradient_accumulation_equals_whole_batch(tmp_path, loss_type):
     assert result["max_abs_diff"] < 1e-6, result
 
 
-def clean_env() -> dict:
-    """A fresh shell's environment: nothing a launcher or an earlier in-process test may have left behind."""
-    drop = (
-        "ACCELERATE_",
-        "MASTER_",
-        "TORCHELASTIC_",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_",
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    return env
-
-
-def launch_two_processes(tmp_path, worker: str, *worker_args: str) -> None:
+def launch_two_processes(tmp_path, env: dict, worker: str, *worker_args: str) -> None:
     """Run tests/<worker> in two gloo processes with torchrun's standalone rendezvous (the OS picks the port, so
-    runs never collide) in a clean environment; fail with the processes' output if either exits non-zero."""
+    runs never collide) in `env` (the clean_env fixture); fail with the processes' output if either exits non-zero."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            os.path.join(HERE, worker), *worker_args]  # fmt: skip
-    proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 @pytest.mark.slow
-def test_two_processes_equal_whole_batch(tmp_path):
+def test_two_processes_equal_whole_batch(tmp_path, clean_env):
     """Two gloo processes. Deterministic on a busy machine: torchrun's standalone rendezvous binds a port the OS
     chooses (a fixed port collides with any other run using it at the same moment), the environment is a clean one,
     and the worker's processes leave the process group together."""
     out = tmp_path / "result.json"
-    launch_two_processes(tmp_path, "group_exact_worker.py", "--out", str(out), "--grad_accum", "1")
+    launch_two_processes(tmp_path, clean_env, "group_exact_worker.py", "--out", str(out), "--grad_accum", "1")
     result = json.loads(out.read_text())
     assert result["num_processes"] == 2 and result["num_groups"] == 2
     assert result["max_abs_update"] > 1e-3
     assert result["max_abs_diff"] < 1e-6, result
 
 
-
 @pytest.mark.slow
-def test_two_processes_grade_each_row_on_its_own_canvas(tmp_path):
+def test_two_processes_grade_each_row_on_its_own_canvas(tmp_path, clean_env):
     """reward_text="canvas": TRL scores each process's rows locally, so every row meets its own rollout canvas."""
     out = tmp_path / "result.json"
-    launch_two_processes(tmp_path, "reward_text_worker.py", "--out", str(out))
+    launch_two_processes(tmp_path, clean_env, "reward_text_worker.py", "--out", str(out))
     result = json.loads(out.read_text())
     rows = result["rows"]
     assert result["num_processes"] == 2 and len(rows) == 8 and {r["rank"] for r in rows} == {0, 1}
@@ -82,12 +64,12 @@ def test_two_processes_grade_each_row_on_its_own_canvas(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_with_dual_cache_and_threshold_rollouts(tmp_path):
+def test_two_processes_with_dual_cache_and_threshold_rollouts(tmp_path, clean_env):
     # The approximate rollout modes inside the trainer under DDP (two gloo processes): training still runs and the
     # update equals the whole-batch computation on the same rollouts.
     out = tmp_path / "result.json"
     launch_two_processes(
-        tmp_path, "group_exact_worker.py", "--out", str(out), "--grad_accum", "1",
+        tmp_path, clean_env, "group_exact_worker.py", "--out", str(out), "--grad_accum", "1",
         "--rollout_cache", "dual", "--parallel_threshold", "0.5",
     )  # fmt: skip
     result = json.loads(out.read_text())
