@@ -153,7 +153,7 @@ def _wrap_reward_func(func):
 def check_diffusion_setup(args: StableDRLConfig, family) -> None:
     """Diffusion-only checks, run once the model's family is known: LLaDA's block layout where LLaDA's sampler runs,
     and TRL sampling options no diffusion sampler implements (refused rather than silently ignored). `top_k` /
-    `top_p` are the family's business (`family.check`: Dream's and SDAR's samplers use them, LLaDA's refuses them)."""
+    `top_p` are read by every diffusion sampler; what a family's sampler would ignore is `family.check`'s business."""
     sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else None
     if args.max_completion_length is None:
         check_diffusion_layout(None, args.block_length, args.diffusion_steps)  # raises: a dLLM needs a length
@@ -169,7 +169,7 @@ def check_diffusion_setup(args: StableDRLConfig, family) -> None:
             raise ValueError(
                 f"{name}={value!r} is a TRL option of autoregressive generation; the masked-diffusion samplers have "
                 f"no equivalent, so it would be silently ignored. Remove it (leave {name}={neutral!r}); the diffusion "
-                "samplers read temperature, top_k / top_p (Dream, SDAR), block_length, diffusion_steps, remasking "
+                "samplers read temperature, top_k / top_p, block_length, diffusion_steps, remasking "
                 "and cfg_scale (LLaDA)."
             )
 
@@ -253,7 +253,7 @@ class StableDRLTrainer(GRPOTrainer):
         self._family = family
         self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
         if self._family_impl is not None:
-            self._family_impl.check(args, unwrapped)  # e.g. top_p with LLaDA's sampler, remasking with Dream's
+            self._family_impl.check(args, unwrapped)  # e.g. dream_alg with LLaDA's sampler, remasking with Dream's
         self._dlm = None
         if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
             raise ValueError(
