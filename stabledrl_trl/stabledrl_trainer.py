@@ -300,12 +300,14 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _build_accelerator_args(self, **kwargs):
         """transformers hook: DDP's `find_unused_parameters`. transformers turns it on for any model without
-        activation checkpointing, which costs a graph traversal per step; LLaDA and Dream use every parameter in
-        every forward pass, so it stays off for them unless `ddp_find_unused_parameters` is set explicitly."""
+        activation checkpointing, which costs a graph traversal per step; it stays off for a family whose model uses
+        every parameter in every forward pass (`DiffusionFamily.uses_every_parameter`: LLaDA, Dream) unless
+        `ddp_find_unused_parameters` is set explicitly."""
         from accelerate.utils import DistributedDataParallelKwargs
 
         accelerator_args = super()._build_accelerator_args(**kwargs)
-        uses_all = self.args.diffusion is not False and detect_family(self.model) in ("llada", "dream")
+        family = detect_family(self.model) if self.args.diffusion is not False else None
+        uses_all = family is not None and get_family(family).uses_every_parameter
         if self.args.ddp_find_unused_parameters is None and uses_all:
             for handler in accelerator_args.get("kwargs_handlers", []):
                 if isinstance(handler, DistributedDataParallelKwargs):

@@ -150,6 +150,8 @@ class DiffusionFamily:
     name: str = "base"
     # The family's own rollout sampler (a key of SAMPLERS), used when args.diffusion_sampler is "auto".
     default_sampler: str | None = None
+    # Every parameter takes part in every forward pass (so DDP needs no unused-parameter search each step).
+    uses_every_parameter: bool = False
 
     def sampler_name(self, args) -> str:
         """The rollout sampler under `args`: `args.diffusion_sampler`, or the family's own for "auto"."""
@@ -246,6 +248,7 @@ class MaskedDiffusionFamily(DiffusionFamily):
     """Full-attention masked diffusion LMs (LLaDA, masked LMs): LLaDA's sampler, canvas-based estimators."""
 
     name = "llada"
+    uses_every_parameter = True
     default_sampler = "llada"
 
     def estimate(
@@ -296,6 +299,7 @@ class MaskedLMFamily(MaskedDiffusionFamily):
     """Any transformers masked LM with a mask token (BERT, RoBERTa, ModernBERT)."""
 
     name = "masked_lm"
+    uses_every_parameter = False  # not established for every transformers masked-LM architecture
 
 
 class BlockDiffusionFamily(DiffusionFamily):
