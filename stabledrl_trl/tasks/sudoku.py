@@ -256,23 +256,33 @@ def sudoku_correctness_reward(prompts, completions, **kwargs) -> list[float | No
     return rewards
 
 
-def sudoku_cell_accuracy_reward(prompts, completions, **kwargs) -> list[float | None]:
-    """Fraction of the puzzle's blank cells the answer fills with the solution's digit (0.0 for no answer)."""
-    n = len(completions)
-    puzzles = reward_column(kwargs, "puzzle", n, "sudoku_cell_accuracy_reward")
+def _puzzles_and_solutions(kwargs: dict, n: int, reward_name: str) -> list[tuple[str, str] | None]:
+    """Per completion, the normalised puzzle and its solution (the `solution` column, else solved), or None when
+    the row has no puzzle or its puzzle has no unique solution."""
+    puzzles = reward_column(kwargs, "puzzle", n, reward_name)
     solutions = kwargs.get("solution") or [None] * n
     if len(solutions) != n:
-        raise ValueError(f"sudoku_cell_accuracy_reward: column 'solution' has {len(solutions)} entries for {n}")
-    rewards: list[float | None] = []
-    for completion, puzzle, solution in zip(completions, puzzles, solutions):
+        raise ValueError(f"{reward_name}: column 'solution' has {len(solutions)} entries for {n}")
+    rows: list[tuple[str, str] | None] = []
+    for puzzle, solution in zip(puzzles, solutions):
         if puzzle is None:
-            rewards.append(None)
+            rows.append(None)
             continue
         puzzle = normalize_puzzle(puzzle)
         solution = _solution_for(puzzle, solution)
-        if solution is None:
+        rows.append(None if solution is None else (puzzle, solution))
+    return rows
+
+
+def sudoku_cell_accuracy_reward(prompts, completions, **kwargs) -> list[float | None]:
+    """Fraction of the puzzle's blank cells the answer fills with the solution's digit (0.0 for no answer)."""
+    rows = _puzzles_and_solutions(kwargs, len(completions), "sudoku_cell_accuracy_reward")
+    rewards: list[float | None] = []
+    for completion, row in zip(completions, rows):
+        if row is None:
             rewards.append(None)
             continue
+        puzzle, solution = row
         grid = parse_grid_answer(extract_final_answer(completion_to_text(completion)))
         if grid is None:
             rewards.append(0.0)
@@ -303,22 +313,11 @@ def sudoku_official_score(text: str, puzzle: str, solution: str) -> float:
 
 def sudoku_official_reward(prompts, completions, **kwargs) -> list[float | None]:
     """The official Sudoku grading: the fraction of blank cells right (None: no puzzle, or no unique solution)."""
-    n = len(completions)
-    puzzles = reward_column(kwargs, "puzzle", n, "sudoku_official_reward")
-    solutions = kwargs.get("solution") or [None] * n
-    if len(solutions) != n:
-        raise ValueError(f"sudoku_official_reward: column 'solution' has {len(solutions)} entries for {n}")
-    rewards: list[float | None] = []
-    for completion, puzzle, solution in zip(completions, puzzles, solutions):
-        if puzzle is None:
-            rewards.append(None)
-            continue
-        puzzle = normalize_puzzle(puzzle)
-        solution = _solution_for(puzzle, solution)
-        rewards.append(
-            None if solution is None else sudoku_official_score(completion_to_text(completion), puzzle, solution)
-        )
-    return rewards
+    rows = _puzzles_and_solutions(kwargs, len(completions), "sudoku_official_reward")
+    return [
+        None if row is None else sudoku_official_score(completion_to_text(completion), *row)
+        for completion, row in zip(completions, rows)
+    ]
 
 
 def _row_puzzle_solution(row: dict) -> tuple[str, str | None]:
