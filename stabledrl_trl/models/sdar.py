@@ -40,6 +40,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM, Qwen3Model, Qwen3PreTrainedModel
 
 from .bidirectional import disable_causal_attention, padding_position_ids
+from .original_format import config_json_string
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -95,9 +96,11 @@ class SDARConfig(Qwen3Config):
             output["auto_map"] = self.auto_map
         output.pop("layer_types", None)  # derived from use_sliding_window / max_window_layers, which are saved
         output.setdefault("architectures", ["SDARForCausalLM"])
-        if "dtype" in output and "torch_dtype" not in output:
-            output["torch_dtype"] = output["dtype"]  # the key transformers 4 reads
         return output
+
+    def to_json_string(self, use_diff: bool = True) -> str:
+        """config.json's text: `to_dict`'s keys plus `torch_dtype` (see `original_format.config_json_string`)."""
+        return config_json_string(self, use_diff)
 
 
 def block_causal_mask(
