@@ -75,6 +75,26 @@ def tiny_llada():
     return model.float().eval()
 
 
+@pytest.fixture
+def tiny_llama(tiny_tokenizer):
+    """A tiny random autoregressive `LlamaForCausalLM` on the tiny tokenizer's ids (seed 0, global RNG untouched)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tiny_tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        eos_token_id=tiny_tokenizer.eos_token_id,
+        pad_token_id=tiny_tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return LlamaForCausalLM(config)
+
+
 @pytest.fixture(scope="session")
 def llada_fixture_dir() -> Path:
     """tests/fixtures/llada-tiny: a LLaDA checkpoint written by LLaDA's own code, with reference logits."""

@@ -34,25 +34,6 @@ def make_llada(seed=0, **overrides):
         return AutoModelForCausalLM.from_config(config)
 
 
-def make_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = build_tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return LlamaForCausalLM(config)
-
-
 def make_args(tmp_path, **kw):
     base = dict(
         output_dir=str(tmp_path / "out"),
@@ -199,11 +180,11 @@ def test_mask_token_id_outside_the_vocabulary_is_refused(tmp_path):
         (dict(generation_kwargs={"no_repeat_ngram_size": 2}), "generation_kwargs"),
     ],
 )
-def test_autoregressive_only_sampling_options_are_refused_for_diffusion(tmp_path, kwargs, field):
+def test_autoregressive_only_sampling_options_are_refused_for_diffusion(tmp_path, kwargs, field, tiny_llama):
     with pytest.raises(ValueError, match=f"{field}=.*masked-diffusion samplers have no equivalent"):
         make_trainer(tmp_path, args=make_args(tmp_path, **kwargs))
     # an autoregressive model uses them: accepted
-    trainer = make_trainer(tmp_path, model=make_llama(), args=make_args(tmp_path, **kwargs))
+    trainer = make_trainer(tmp_path, model=tiny_llama, args=make_args(tmp_path, **kwargs))
     assert not trainer.is_diffusion
 
 
@@ -217,7 +198,12 @@ def test_top_k_top_p_reach_llada_sampler_not_ignored(tmp_path):
 
     def rollout(args):
         return trainer._family_impl.generate(
-            adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(0)
+            adapter,
+            prompt,
+            mask,
+            args,
+            eos_token_ids=adapter.eos_token_ids,
+            generator=torch.Generator().manual_seed(0),
         ).completion_ids
 
     greedy = rollout(make_args(tmp_path, temperature=0.0, num_generations=2, per_device_train_batch_size=2))
@@ -507,10 +493,10 @@ def test_transformers_and_trl_hooks_the_safety_checks_override_still_exist(name,
     assert found[: len(params)] == params, (name, found)
 
 
-def test_diffusion_model_without_completion_length_is_refused(tmp_path):
+def test_diffusion_model_without_completion_length_is_refused(tmp_path, tiny_llama):
     with pytest.raises(ValueError, match="max_completion_length=None: a diffusion LM"):
         make_trainer(tmp_path, args=make_args(tmp_path, max_completion_length=None))
-    trainer = make_trainer(tmp_path, model=make_llama(), args=make_args(tmp_path, max_completion_length=None))
+    trainer = make_trainer(tmp_path, model=tiny_llama, args=make_args(tmp_path, max_completion_length=None))
     assert not trainer.is_diffusion  # TRL's "no limit" for an autoregressive model
 
 

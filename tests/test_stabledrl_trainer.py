@@ -197,25 +197,10 @@ def test_other_objectives_train(tmp_path, loss_type):
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
 
 
-def test_autoregressive_model_keeps_trl_generation_and_exact_logps(tmp_path):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def test_autoregressive_model_keeps_trl_generation_and_exact_logps(tmp_path, tiny_llama):
     tok = build_tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config)
     trainer = StableDRLTrainer(
-        model=model,
+        model=tiny_llama,
         reward_funcs=digit_reward,
         args=make_args(tmp_path, max_steps=2),
         train_dataset=make_dataset(),
@@ -477,7 +462,12 @@ def test_rollout_mode_is_used_and_rollout_cost_is_logged(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(family_module, "llada_generate", spy)
     args = make_args(
-        tmp_path, max_steps=1, rollout_cache="dual", parallel_threshold=0.9, max_tokens_per_step=2, block_length=4,
+        tmp_path,
+        max_steps=1,
+        rollout_cache="dual",
+        parallel_threshold=0.9,
+        max_tokens_per_step=2,
+        block_length=4,
         reward_text=reward_text,
     )
     trainer = StableDRLTrainer(
@@ -830,23 +820,11 @@ def test_reward_text_grades_the_cut_completion_or_the_whole_canvas(tmp_path, mon
     assert [ids for _, batch in seen for ids in batch] == [head for _, _, head in calls]
 
 
-def test_reward_text_canvas_is_refused_for_autoregressive_models(tmp_path):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def test_reward_text_canvas_is_refused_for_autoregressive_models(tmp_path, tiny_llama):
     tok = build_tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
     with pytest.raises(ValueError, match="reward_text='canvas'.*autoregressively.*reward_text='completion'"):
         StableDRLTrainer(
-            model=LlamaForCausalLM(config),
+            model=tiny_llama,
             reward_funcs=digit_reward,
             args=make_args(tmp_path, reward_text="canvas"),
             train_dataset=make_dataset(),
