@@ -96,6 +96,27 @@ def tiny_llama(tiny_tokenizer):
 
 
 @pytest.fixture(scope="session")
+def tiny_sdar():
+    """`tiny_sdar(seed=0, **config_overrides)` builds a float32 `SDARForCausalLM` from `tiny_sdar_config_dict` in
+    eval mode, every weight but the norms drawn N(0, 0.3^2) from `seed` (large enough for confident, varied
+    logits); the global RNG is left as it was."""
+    from stabledrl_trl.models.sdar import SDARConfig, SDARForCausalLM
+    from stabledrl_trl.tiny import tiny_sdar_config_dict
+
+    def build(seed: int = 0, **overrides):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = SDARForCausalLM(SDARConfig(**tiny_sdar_config_dict(**overrides)))
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if not name.endswith("norm.weight"):
+                        p.copy_(0.3 * torch.randn_like(p))
+        return model.eval()
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def llada_fixture_dir() -> Path:
     """tests/fixtures/llada-tiny: a LLaDA checkpoint written by LLaDA's own code, with reference logits."""
     return FIXTURES / "llada-tiny"

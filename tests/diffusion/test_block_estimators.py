@@ -12,22 +12,11 @@ from safetensors.torch import load_file
 import stabledrl_trl  # noqa: F401
 from stabledrl_trl.diffusion.block_estimators import StaircaseLogits, staircase_estimate
 from stabledrl_trl.diffusion.masking import mean_field_masks, random_ratio_masks
-from stabledrl_trl.models.sdar import SDARConfig, SDARForCausalLM
-from stabledrl_trl.tiny import tiny_sdar_config_dict
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sdar-tiny"
 MASK = 1
 
 
-def tiny_sdar(seed=0, **overrides):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = SDARForCausalLM(SDARConfig(**tiny_sdar_config_dict(**overrides)))
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if not name.endswith("norm.weight"):
-                    p.copy_(0.3 * torch.randn_like(p))
-    return model.eval()
 
 
 def batch():
@@ -96,7 +85,7 @@ def test_fixture_estimate_uses_the_noisy_copy_logits():
 
 
 @pytest.mark.parametrize("name", ["mc_elbo", "mc_elbo_inv_t", "mean_field"])
-def test_matches_one_forward_per_block(name):
+def test_matches_one_forward_per_block(name, tiny_sdar):
     model = tiny_sdar(seed=1, num_key_value_heads=2)
     prompt, pmask, comp, cmask = batch()
     seeds = torch.tensor([101, 202])
@@ -121,7 +110,7 @@ def test_matches_one_forward_per_block(name):
     assert torch.allclose(est.seq_logps.double(), (expected * real).sum(-1) / real.sum(-1), atol=2e-5)
 
 
-def test_chunked_batched_and_differentiable():
+def test_chunked_batched_and_differentiable(tiny_sdar):
     """Chunking and the batch layout do not change a row's estimate; gradients reach the weights."""
     model = tiny_sdar(seed=2)
     prompt, pmask, comp, cmask = batch()
@@ -137,7 +126,7 @@ def test_chunked_batched_and_differentiable():
     assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().max() > 0
 
 
-def test_block_random_and_coupled_run_and_eubo():
+def test_block_random_and_coupled_run_and_eubo(tiny_sdar):
     model = tiny_sdar(seed=3)
     prompt, pmask, comp, cmask = batch()
     for name, extra in (("block_random", {"estimator_block_size": 4}), ("coupled", {})):
@@ -147,6 +136,6 @@ def test_block_random_and_coupled_run_and_eubo():
         assert (est.token_logps[~cmask.bool()] == 0).all()
 
 
-def test_bad_block_size_raises():
+def test_bad_block_size_raises(tiny_sdar):
     with pytest.raises(ValueError, match="block_size"):
         StaircaseLogits(tiny_sdar(), 0)

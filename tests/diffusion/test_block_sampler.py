@@ -18,22 +18,11 @@ from stabledrl_trl.diffusion.block_sampler import (
     sample_candidates,
     transfer_schedule,
 )
-from stabledrl_trl.models.sdar import SDARConfig, SDARForCausalLM
-from stabledrl_trl.tiny import tiny_sdar_config_dict
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sdar-tiny"
 FIX = dict(mask_token_id=95, eos_token_ids=[94], pad_token_id=94, block_size=4)
 
 
-def tiny_sdar(seed=0, **overrides):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = SDARForCausalLM(SDARConfig(**tiny_sdar_config_dict(**overrides)))
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if not name.endswith("norm.weight"):
-                    p.copy_(0.3 * torch.randn_like(p))
-    return model.eval()
 
 
 class Recorder(torch.nn.Module):
@@ -94,7 +83,7 @@ def test_replays_the_fixture_run_of_sdars_own_sampler(monkeypatch):
 
 @pytest.mark.parametrize("remasking", ["low_confidence_static", "low_confidence_dynamic"])
 @pytest.mark.parametrize("steps", [4, 2])
-def test_cached_equals_recomputing_the_prefix(remasking, steps):
+def test_cached_equals_recomputing_the_prefix(remasking, steps, tiny_sdar):
     """T = 0: the exact KV cache gives the tokens of a sampler that reruns the whole prefix at every step."""
     model = tiny_sdar(seed=1, num_key_value_heads=2)
     ids, mask = padded_batch([[5, 6, 7, 8, 9, 10, 11], [12, 13], [20, 21, 22, 23, 24], [30, 31, 32, 33]], pad=0)
@@ -107,7 +96,7 @@ def test_cached_equals_recomputing_the_prefix(remasking, steps):
     assert (fast.completion_ids != 1).all()
 
 
-def test_every_cached_forward_matches_a_full_forward():
+def test_every_cached_forward_matches_a_full_forward(tiny_sdar):
     """The logits of each denoising forward against the cache equal a full block-causal forward of the prefix."""
     model = tiny_sdar(seed=2)
     ids, mask = padded_batch([[5, 6, 7, 8, 9, 10], [12, 13, 14]], pad=0)
@@ -136,7 +125,7 @@ def test_every_cached_forward_matches_a_full_forward():
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_batched_row_equals_row_alone(temperature):
+def test_batched_row_equals_row_alone(temperature, tiny_sdar):
     model = tiny_sdar(seed=3)
     rows = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [20, 21, 22, 23, 24, 25, 26, 27, 28]]
     ids, mask = padded_batch(rows, pad=0)
@@ -151,7 +140,7 @@ def test_batched_row_equals_row_alone(temperature):
         assert torch.equal(batched.completion_mask[i], alone.completion_mask[0]), i
 
 
-def test_stops_after_the_block_holding_eos():
+def test_stops_after_the_block_holding_eos(tiny_sdar):
     """A model pushed to write EOS at the 6th generated position: the block holding it is finished, nothing after."""
     model = tiny_sdar(seed=4)
     prompt = torch.tensor([[5, 6, 7, 8, 9, 10]])  # 6 tokens: the first generated block holds 2 of them
@@ -177,7 +166,7 @@ def test_stops_after_the_block_holding_eos():
     assert out.num_forwards == 1 + 2 + 1 + 4  # prefill, block 1 (2 steps), its commit, block 2 (4 steps)
 
 
-def test_finished_rows_leave_the_batch():
+def test_finished_rows_leave_the_batch(tiny_sdar):
     """Rows that wrote EOS stop being run (the batch shrinks, cache rows dropped); every row equals the row alone."""
     model = tiny_sdar(seed=5)
 
@@ -242,7 +231,7 @@ def test_schedule_filters_and_reveals_by_hand():
         ({"temperature": 0.5, "generator": None}, "generator"),
     ],
 )
-def test_bad_arguments_raise(overrides, match):
+def test_bad_arguments_raise(overrides, match, tiny_sdar):
     kwargs = dict(mask_token_id=1, eos_token_ids=[0], pad_token_id=0, block_size=4, gen_length=4, temperature=0.0)
     kwargs.update(overrides)
     with pytest.raises(ValueError, match=match):
