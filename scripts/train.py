@@ -219,13 +219,42 @@ def check_held_out_split(script_args, needs_test: bool) -> None:
         )
 
 
+def load_datasets(script_args, seed: int, needs_test: bool):
+    """(train, held-out or None) for the task, both posed in `prompt_style` (held-out: test_data_files if given)."""
+    from stabledrl_trl.tasks import load_task_dataset
+
+    def load(split, num, data_files=script_args.data_files, path=script_args.dataset_path):
+        return load_task_dataset(
+            script_args.task,
+            split,
+            path=path,
+            data_files=data_files,
+            num_samples=num,
+            system_prompt=script_args.system_prompt,
+            seed=seed,
+            prompt_style=script_args.prompt_style,
+        )
+
+    check_held_out_split(script_args, needs_test)
+    train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
+    test_dataset = None
+    if script_args.test_data_files is not None:
+        test_dataset = load(
+            script_args.dataset_test_split, script_args.num_eval_samples, data_files=script_args.test_data_files,
+            path=None,
+        )
+    elif needs_test:
+        test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
+    return train_dataset, test_dataset
+
+
 def main(script_args=None, training_args=None, model_args=None, argv=None):
     import torch
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
     from stabledrl_trl import StableDRLTrainer
-    from stabledrl_trl.tasks import get_task, load_task_dataset
+    from stabledrl_trl.tasks import get_task
 
     if script_args is None:
         script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
@@ -255,34 +284,8 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
         model_path, padding_side="left", trust_remote_code=training_args.trust_remote_code
     )
 
-    def load(split, num):
-        return load_task_dataset(
-            script_args.task,
-            split,
-            path=script_args.dataset_path,
-            data_files=script_args.data_files,
-            num_samples=num,
-            system_prompt=script_args.system_prompt,
-            seed=training_args.seed,
-            prompt_style=script_args.prompt_style,
-        )
-
     needs_test = script_args.evaluate_before_after or training_args.eval_strategy != "no"
-    check_held_out_split(script_args, needs_test)
-    train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
-    test_dataset = None
-    if script_args.test_data_files is not None:
-        test_dataset = load_task_dataset(
-            script_args.task,
-            script_args.dataset_test_split,
-            path=None,
-            data_files=script_args.test_data_files,
-            num_samples=script_args.num_eval_samples,
-            system_prompt=script_args.system_prompt,
-            seed=training_args.seed,
-        )
-    elif needs_test:
-        test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
+    train_dataset, test_dataset = load_datasets(script_args, training_args.seed, needs_test)
     eval_dataset = test_dataset if training_args.eval_strategy != "no" else None
 
     trainer = StableDRLTrainer(

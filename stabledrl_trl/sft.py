@@ -270,6 +270,11 @@ class MaskedDiffusionSFTTrainer(Trainer):
             model=model, args=args, train_dataset=train_dataset, processing_class=processing_class, **kwargs
         )
         self._mask_generator: torch.Generator | None = None
+        from .diffusion.adapter import detect_family
+        from .diffusion.family import get_family
+
+        family = detect_family(model)
+        self._family = None if family is None else get_family(family)
 
     def _generator_for(self, device: torch.device) -> torch.Generator:
         if self._mask_generator is None or self._mask_generator.device.type != device.type:
@@ -283,18 +288,12 @@ class MaskedDiffusionSFTTrainer(Trainer):
         completion_mask = inputs["completion_mask"]  # (B, L)
         masked, t = sample_completion_masks(completion_mask, self._generator_for(input_ids.device), self.args.mask_eps)
         noisy_ids = torch.where(masked, torch.full_like(input_ids, self.mask_token_id), input_ids)  # (B, L)
-        config = getattr(getattr(model, "module", model), "config", None)
-        if getattr(config, "model_type", None) == "sdar":
-            from .diffusion.block_estimators import StaircaseLogits
-
-            # block diffusion: each block denoised given the clean blocks before it ([noisy || clean] in one pass)
-            logits = StaircaseLogits(model, int(config.block_size))(
-                torch.cat([noisy_ids, input_ids], 1), torch.cat([attention_mask, attention_mask], 1)
-            )  # (B, L, V): the noisy copy's predictions
-            outputs = None
-        else:
+        if self._family is None:  # a model no family knows: its logits as returned
             outputs = model(input_ids=noisy_ids, attention_mask=attention_mask)
             logits = outputs.logits
+        else:  # the family aligns logits and lays the input out as it trains (shift, staircase)
+            outputs = None
+            logits = self._family.training_logits(model, noisy_ids, input_ids, attention_mask)  # (B, L, V)
         loss = masked_diffusion_sft_loss(logits, input_ids, masked, t, completion_mask)
         return (loss, outputs) if return_outputs else loss
 

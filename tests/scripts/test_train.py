@@ -93,3 +93,19 @@ def test_before_after_evaluation_uses_the_runs_reward_style(tmp_path, load_scrip
         script_args = train.TrainScriptArguments(task="sudoku", prompt_style="official", reward_style=style)
         result = train._evaluate(tiny_llada, tiny_tokenizer, rows, get_task("sudoku"), args, script_args, style)
         assert (result["grading"], result["full_score"], result["n"]) == (style, full_score, 3)
+
+
+def test_held_out_file_is_posed_in_the_training_prompt_style(tmp_path, load_script):
+    """prompt_style official: rows from test_data_files get the official wording, as the training rows do."""
+    train = load_script("train")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"question": "What is 1+1?", "answer": "1+1=2\\n#### 2"}\n')
+    argv = [
+        "--config", os.path.join(ROOT, "configs", "tiny.yaml"), "--output_dir", str(tmp_path / "out"),
+        "--task", "gsm8k", "--prompt_style", "official", "--data_files", str(rows), "--test_data_files", str(rows),
+        "--num_train_samples", "1", "--num_eval_samples", "1",
+    ]  # fmt: skip
+    script_args, training_args, _ = train.make_parser().parse_args_and_config(argv)
+    train_rows, test_rows = train.load_datasets(script_args, training_args.seed, needs_test=True)
+    assert test_rows[0]["prompt"] == train_rows[0]["prompt"]
+    assert "boxed" in train_rows[0]["prompt"][-1]["content"]  # the official request for a \boxed{} answer
