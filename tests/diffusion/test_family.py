@@ -216,3 +216,20 @@ def test_family_rejects_settings_its_sampler_ignores(tmp_path, family, kwargs, m
     with pytest.raises(ValueError, match=match):
         get_family(family).check(args, None)
     get_family("llada" if family == "dream" else "dream").check(args, None)  # the other family's sampler reads them
+
+
+def test_every_sampler_reads_top_p_none_as_no_filtering(tiny_llada, tiny_tokenizer, tmp_path):
+    """top_p None (as a Python user may pass it) decodes exactly as top_p 1.0 with LLaDA's and Dream's samplers."""
+    prompt = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]])
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    for name, model in (("dream", _tiny_dream()), ("llada", tiny_llada)):
+        adapter = as_diffusion_lm(model, tokenizer=tiny_tokenizer)
+        outs = []
+        for top_p in (None, 1.0):
+            args = _args(tmp_path, temperature=0.9, diffusion_steps=4)
+            args.top_p = top_p  # set after construction: the config itself stores its own default
+            out = get_family(name).generate(
+                adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(5)
+            )
+            outs.append(out.completion_ids)
+        assert torch.equal(outs[0], outs[1]), name
