@@ -37,7 +37,11 @@ COLUMNS = {
 REWARDS = [
     (name, func)
     for name, spec in TASKS.items()
-    for func in (*spec.reward_funcs, *([spec.official_reward] if spec.official_reward else []), anti_short_boxed_reward)
+    for func in (
+        *spec.reward_funcs,
+        *([spec.official_reward] if spec.official_reward else []),
+        anti_short_boxed_reward,
+    )
 ]
 TIME_LIMIT_S = 120  # for all the hostile completions together: catches hangs (eval of 95**36**32 never returns)
 
@@ -66,5 +70,7 @@ def test_official_countdown_digit_runs_beyond_the_int_limit():
     assert not uses_available_numbers(HUGE, [9, 99])
     assert countdown_official_score(f"<answer>{HUGE} - {HUGE}</answer>", [1, 2], 0) == 0.1
     assert uses_available_numbers("007 + 3", [7, 3]) and not uses_available_numbers("7 + 07", [7, 3])
-    assert countdown_official_score("<answer>00044 + 19 + 35</answer>", [44, 19, 35], 98) == 0.1  # 00044: a syntax error
+    assert (
+        countdown_official_score("<answer>00044 + 19 + 35</answer>", [44, 19, 35], 98) == 0.1
+    )  # 00044: a syntax error
     assert countdown_official_score("<answer>44 + 19 + 35</answer>", [44, 19, 35], 98) == 1.0

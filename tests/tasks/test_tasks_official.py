@@ -444,6 +444,6 @@ def test_math_verify_is_the_series_the_official_grading_is_checked_against():
     major_minor = tuple(int(part) for part in installed.split(".")[:2])
     assert major_minor == (0, 9), (
         f"math-verify {installed} is installed; the official GSM8K / MATH grading is checked against the 0.9 series "
-        "(between versions, up to 35 of 518 maths rewards change). Install the pinned range: "
+        "and its rewards can change between versions. Install the pinned range: "
         "pip install 'math-verify>=0.9,<0.10' (the [math] extra)."
     )
