@@ -101,8 +101,29 @@ class TrainScriptArguments:
         },
     )
 
+    # --- MATH problem filter, training split only (the official runs: dataset_path qwedsacf/competition_math,
+    # math_max_level 4, max_problem_chars 1500, max_problem_words 300)
+    math_max_level: int | None = field(
+        default=None,
+        metadata={
+            "help": "MATH: keep training problems of level at most this (1-5; an unreadable level such as 'Level ?' "
+            "counts as 5). None: every level."
+        },
+    )
+    max_problem_chars: int | None = field(
+        default=None,
+        metadata={"help": "MATH: keep training problems of 1 to max_problem_chars - 1 characters. None: no bound."},
+    )
+    max_problem_words: int | None = field(
+        default=None,
+        metadata={
+            "help": "MATH: keep training problems of at most this many whitespace-separated words. None: no bound."
+        },
+    )
+
     def __post_init__(self):
         from stabledrl_trl.tasks import PROMPT_STYLES, get_task
+        from stabledrl_trl.tasks.math import check_problem_filter
 
         if self.reward_style is None:
             self.reward_style = self.prompt_style
@@ -126,6 +147,22 @@ class TrainScriptArguments:
             )
         if self.anti_short_boxed is None:
             self.anti_short_boxed = self.reward_style == "official"
+        for name, value in self.problem_filter().items():
+            if value is not None and task.name != "math":
+                field_name = "math_max_level" if name == "max_level" else name
+                raise ValueError(
+                    f"{field_name}: filters MATH problems, but task is {task.name!r}; remove {field_name} or set "
+                    "task: math"
+                )
+        check_problem_filter(**self.problem_filter(), level_name="math_max_level")
+
+    def problem_filter(self) -> dict:
+        """The MATH loader's filter options (`stabledrl_trl.tasks.math.filter_problems`) for the training split."""
+        return {
+            "max_level": self.math_max_level,
+            "max_problem_chars": self.max_problem_chars,
+            "max_problem_words": self.max_problem_words,
+        }
 
     def reward_funcs(self) -> list:
         """The reward functions of the chosen task and reward style (with the anti-short-boxed term if on)."""
@@ -223,7 +260,7 @@ def load_datasets(script_args, seed: int, needs_test: bool):
     """(train, held-out or None) for the task, both posed in `prompt_style` (held-out: test_data_files if given)."""
     from stabledrl_trl.tasks import load_task_dataset
 
-    def load(split, num, data_files=script_args.data_files, path=script_args.dataset_path):
+    def load(split, num, data_files=script_args.data_files, path=script_args.dataset_path, **options):
         return load_task_dataset(
             script_args.task,
             split,
@@ -233,10 +270,12 @@ def load_datasets(script_args, seed: int, needs_test: bool):
             system_prompt=script_args.system_prompt,
             seed=seed,
             prompt_style=script_args.prompt_style,
+            **options,
         )
 
     check_held_out_split(script_args, needs_test)
-    train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
+    filters = {k: v for k, v in script_args.problem_filter().items() if v is not None}  # MATH only (checked above)
+    train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples, **filters)
     test_dataset = None
     if script_args.test_data_files is not None:
         test_dataset = load(

@@ -245,8 +245,8 @@ class StableDRLConfig(GRPOConfig):
         metadata={
             "help": "What the likelihood estimator shows after a completion's first EOS (a diffusion rollout is a "
             "fixed canvas): 'visible' shows the tail as unmasked EOS tokens, as the sampler saw them; 'masked' "
-            "(the official StableDRL code) masks every tail position and attends to it, and treats the prompt's "
-            "left-padding positions as prompt tokens (attended, masked with p_mask_prompt). Never scored."
+            "(the official StableDRL code) masks every tail position and attends to it. Never scored. In both modes "
+            "the prompt's left padding is neither attended nor masked (the official code never pads)."
         },
     )
     completion_end: str = field(

@@ -30,7 +30,7 @@ from trl.trainer.utils import (
 from . import safety
 from .diffusion.adapter import as_diffusion_lm, detect_family
 from .diffusion.family import get_family
-from .diffusion.seeding import mix_seed, row_seeds
+from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
     SEQUENCE_INPUT,
     aggregate_loss,
@@ -59,7 +59,7 @@ _CLIP_METRICS = {
 }
 
 # Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
-_STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER = 1, 2, 3, 4
+_STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER, _STREAM_ROWS = 1, 2, 3, 4, 5
 
 
 class NonFiniteGradientError(RuntimeError):
@@ -222,8 +222,10 @@ class StableDRLTrainer(GRPOTrainer):
       is not dominated by mask noise. Old-policy scores are needed per iteration: K*I passes without gradient,
       skipped entirely when generation and optimisation are aligned (the ratio is then exactly 1), plus K*I with
       gradient. A reference model (beta > 0) costs another K*I.
-    Seeds are mixed from the row's own tokens, the config seed and the stream, so they do not depend on the batch
-    layout, and a resumed run draws the same masks and the same rollouts as an uninterrupted one.
+    Seeds are mixed from the row's position in the run's global stream of rollouts (carried with the row as
+    `mask_row_key`), the config seed and the stream: every row draws its own masks (identical completions of a group
+    too, as in the official code), the masks do not depend on the batch layout, and a resumed run draws the same
+    masks and the same rollouts as an uninterrupted one.
     """
 
     _tag_names = ["trl", "grpo", "stabledrl", "diffusion"]
@@ -292,6 +294,8 @@ class StableDRLTrainer(GRPOTrainer):
         self._canvas_ids: list[list[int]] | None = None  # reward_text="canvas": this process's last rollout canvases
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
+        # (B,) keys of the rows being scored (see `_rollout_row_keys`); None: rows keyed by their index in the call
+        self._mask_rows: torch.Tensor | None = None
         self._nonfinite_reward_rows = None
         self._step_all_clipped: bool | None = None  # every micro-batch of the current optimiser step fully clipped
         self._all_clipped_streak = 0
@@ -536,7 +540,7 @@ class StableDRLTrainer(GRPOTrainer):
             )
         prompt_ids, completion_ids = input_ids[:, :-logits_to_keep], input_ids[:, -logits_to_keep:]  # (B, P), (B, C)
         prompt_mask, completion_mask = attention_mask[:, :-logits_to_keep], attention_mask[:, -logits_to_keep:]
-        seeds = row_seeds(prompt_ids, prompt_mask, completion_ids, completion_mask, self.args.seed, *self._mask_stream)
+        seeds = mix_seed(self._row_keys(input_ids.shape[0], input_ids.device), self.args.seed, *self._mask_stream)
         with self.accelerator.autocast():
             est = self._family_impl.estimate(
                 self._adapter(model),
@@ -554,6 +558,31 @@ class StableDRLTrainer(GRPOTrainer):
         )
         entropies = est.token_entropy if compute_entropy else None
         return est.token_logps, entropies, None
+
+    def _rollout_row_keys(self, num_rows: int) -> torch.Tensor:
+        """Keys (num_rows,) of this process's rows of the generation batch being made: their positions in the run's
+        global stream of rollouts (TRL's sampler order; process p holds the p-th slice of each generation batch),
+        so each row draws its own masks and keeps them under any layout of processes and micro-batches."""
+        ga = self.args.gradient_accumulation_steps
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        # micro-steps since the start of the run (restored exactly on resume, unlike TRL's micro-step counter)
+        micro_steps = self.state.global_step * ga + self._step % ga
+        generation = micro_steps // generate_every
+        first = (generation * self.accelerator.num_processes + self.accelerator.process_index) * num_rows
+        mode = 0 if self.model.training else 1  # evaluation rollouts form their own stream
+        return rollout_row_keys(first, num_rows, _STREAM_ROWS, mode, device=self.accelerator.device)
+
+    def _row_keys(self, num_rows: int, device) -> torch.Tensor:
+        """Keys of the rows being scored: `_mask_rows` (set from the batch), else the rows' indices in the call."""
+        keys = self._mask_rows
+        if keys is None:
+            return torch.arange(num_rows, device=device)
+        if keys.shape != (num_rows,):
+            raise RuntimeError(
+                f"mask row keys of shape {tuple(keys.shape)} for {num_rows} rows being scored: the batch's "
+                "'mask_row_key' must hold one key per row."
+            )
+        return keys.to(device)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self.args.reward_text == "canvas":
@@ -573,7 +602,10 @@ class StableDRLTrainer(GRPOTrainer):
         shared = self.args.mask_seed_mode == "shared"
         step = self.state.global_step
         self._mask_stream = (_STREAM_ITER, step, 0) if shared else (_STREAM_OLD, step)
+        self._mask_rows = self._rollout_row_keys(len(inputs)) if self.is_diffusion else None
         output = super()._generate_and_score_completions(inputs)
+        if self.is_diffusion:
+            output["mask_row_key"] = self._mask_rows  # (B,): travels with its row through shuffles and splits
 
         # Samples with a non-finite reward leave their group's normalisation (advantage NaN: objectives drop it).
         if self._nonfinite_reward_rows is not None:
@@ -667,6 +699,7 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         if self.is_diffusion:
+            self._mask_rows = inputs.get("mask_row_key")
             j = self._inner_iteration
             if self.args.mask_seed_mode == "shared":
                 gen_step = int(inputs["mask_gen_step"][0]) if "mask_gen_step" in inputs else self.state.global_step

@@ -268,8 +268,9 @@ class MaskedDiffusionFamily(DiffusionFamily):
     ):
         # The sampler decodes a fixed canvas of max_completion_length positions, and the model sees the tail after
         # the first EOS while it generates. Rebuild that canvas: the tail is unscored context, visible EOS tokens
-        # (eos_tail "visible") or mask tokens (eos_tail "masked", the official StableDRL code, which also attends to
-        # the prompt's left padding and masks it like prompt tokens).
+        # (eos_tail "visible") or mask tokens (eos_tail "masked", the official StableDRL code). In both modes the
+        # prompt's left padding is neither attended nor masked: the official code never pads (one prompt per
+        # rollout batch), so a padded row is scored exactly as the row alone.
         c = completion_ids.size(1)
         canvas = max(c, args.max_completion_length)
         canvas_ids = completion_ids.new_full((completion_ids.size(0), canvas), fill_token_id)  # (B, G)
@@ -282,7 +283,7 @@ class MaskedDiffusionFamily(DiffusionFamily):
             name,
             adapter,
             prompt_ids,
-            torch.ones_like(prompt_mask) if masked_tail else prompt_mask,
+            prompt_mask,
             canvas_ids,
             scored,
             mask_token_id=adapter.mask_token_id,
