@@ -71,14 +71,14 @@ class SFTScriptArguments:
 
 
 def make_parser(subparsers=None):
-    from trl import TrlParser
-
     from stabledrl_trl.sft import MaskedDiffusionSFTConfig
 
     dataclass_types = (SFTScriptArguments, MaskedDiffusionSFTConfig)
     if subparsers is not None:
         return subparsers.add_parser("sft", help="masked-diffusion SFT", dataclass_types=dataclass_types)
-    return TrlParser(dataclass_types)
+    from stabledrl_trl.safety import make_trl_parser
+
+    return make_trl_parser(dataclass_types)
 
 
 def main(script_args=None, training_args=None, argv=None) -> dict:
