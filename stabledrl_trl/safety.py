@@ -71,6 +71,7 @@ def check_prompt_dataset(
         mask_text = tokenizer.convert_ids_to_tokens(int(mask_token_id))
     longest, longest_row = 0, None
     for i, prompt in enumerate(dataset["prompt"]):
+        check_prompt_type(prompt, name, i)
         text = _prompt_text(prompt)
         if not text.strip():
             raise ValueError(f"{name} row {i} has an empty prompt ({prompt!r}); remove or fill such rows.")
@@ -92,8 +93,37 @@ def check_prompt_dataset(
         raise ValueError(
             f"{name} row {longest_row}: the prompt has {longest} tokens; with max_completion_length="
             f"{completion_length} that is {longest + (completion_length or 0)} positions, more than the model's "
-            f"max_position_embeddings={max_positions}. Shorten or drop long prompts (or set max_prompt_length)."
+            f"max_position_embeddings={max_positions}. Drop or shorten long prompts (e.g. dataset.filter on the "
+            "prompt's token count) or lower max_completion_length."
         )
+
+
+def check_prompt_type(prompt, name: str, row: int) -> None:
+    """A prompt is a string (standard) or a list of {"role", "content"} messages (conversational), as TRL's GRPO
+    datasets are; anything else (None, a number, one dict, a list of strings) is refused naming the row."""
+    if isinstance(prompt, str):
+        return
+    fix = (
+        'Give each row a string ("What is 2+3?") or a list of messages ([{"role": "user", "content": "What is '
+        '2+3?"}]).'
+    )
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
+        for j, message in enumerate(prompt):
+            if "role" not in message or "content" not in message:
+                raise ValueError(
+                    f"{name} row {row}: message {j} of the prompt has keys {sorted(message)[:6]}, not 'role' and "
+                    f"'content'. {fix}"
+                )
+        return
+    if isinstance(prompt, list) and prompt and all(isinstance(m, str) for m in prompt):
+        raise ValueError(
+            f"{name} row {row}: the prompt is a list of strings ({short_repr(prompt)}); it would be joined silently "
+            f"or read as chat messages. Join it into one string yourself, or make each part a message. {fix}"
+        )
+    raise ValueError(
+        f"{name} row {row}: the prompt is {type(prompt).__name__} {short_repr(prompt)}, not a string or a list of "
+        f"messages. {fix}"
+    )
 
 
 def _prompt_text(prompt) -> str:
@@ -247,7 +277,9 @@ def check_weight_index(folder: str) -> None:
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{index} is damaged ({short_repr(str(error))}); restore it from the original model.") from None
+        raise ValueError(
+            f"{index} is damaged ({short_repr(str(error))}); restore it from the original model."
+        ) from None
     files = set(weight_map.values())
     absent = sorted(f for f in files if not os.path.isfile(os.path.join(folder, f)))
     if absent:
@@ -364,7 +396,13 @@ def check_fresh_output_dir(output_dir: str, overwrite: bool, is_main_process: bo
 
 # How a full disk reads in the errors of writers that do not raise OSError: torch.save's zip writer (RuntimeError
 # "... file write failed"), safetensors (SafetensorError "... No space left on device (os error 28)").
-_DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded", "os error 28", "os error 122", "file write failed")
+_DISK_FULL_TEXTS = (
+    "no space left on device",
+    "disk quota exceeded",
+    "os error 28",
+    "os error 122",
+    "file write failed",
+)
 
 
 def is_disk_full(error: BaseException) -> bool:

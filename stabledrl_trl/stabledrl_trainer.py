@@ -30,7 +30,6 @@ from trl.trainer.utils import (
 )
 
 from . import safety
-from .validation import short_repr
 from .diffusion.adapter import as_diffusion_lm, detect_family
 from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, row_seeds
@@ -49,6 +48,7 @@ from .stabledrl_config import (
     StableDRLConfig,
     check_diffusion_layout,
 )
+from .validation import short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -217,17 +217,18 @@ def _check_vocabulary(model, processing_class) -> None:
     rows = getattr(embeddings, "num_embeddings", None)
     if rows is None or tokenizer is None or not hasattr(tokenizer, "__len__"):
         return
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is not None and not 0 <= pad < rows:
+        raise ValueError(
+            f"pad_token_id={pad} (tokenizer) is outside the model's vocabulary (embedding rows 0..{rows - 1}). Set "
+            "tokenizer.pad_token to a token of the vocabulary (e.g. tokenizer.pad_token = tokenizer.eos_token), or "
+            "resize the model (model.resize_token_embeddings(len(tokenizer)))."
+        )
     if len(tokenizer) > rows:
         raise ValueError(
             f"The tokenizer has {len(tokenizer)} tokens but the model's embedding matrix only {rows} rows "
             f"(config.vocab_size={getattr(model.config, 'vocab_size', None)}): ids >= {rows} would index past it. "
             "Use the tokenizer saved with this model, or resize the model (model.resize_token_embeddings(len(tokenizer)))."
-        )
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is not None and not 0 <= pad < rows:
-        raise ValueError(
-            f"pad_token_id={pad} (tokenizer) is outside the model's vocabulary (embedding rows 0..{rows - 1}). Set "
-            "tokenizer.pad_token to a token of the vocabulary (e.g. tokenizer.pad_token = tokenizer.eos_token)."
         )
 
 
@@ -263,7 +264,7 @@ def _check_estimator_memory(args: StableDRLConfig, family, vocab_size: int | Non
     )
 
 
-def _check_model_folder(path: str) -> None:
+def check_model_folder(path: str) -> None:
     """A local model path that is a file, or a folder whose config.json has no model_type, or whose weight index
     does not cover its shards: clear errors before transformers' own."""
     import json
@@ -285,7 +286,7 @@ def _check_model_folder(path: str) -> None:
     if not isinstance(config, dict) or not config.get("model_type"):
         raise ValueError(
             f"{config_file} has no model_type, so transformers cannot tell which architecture to build. Add the "
-            "model's \"model_type\" (e.g. \"llada\", \"Dream\", \"sdar\", \"llama\") or save the model again with "
+            'model\'s "model_type" (e.g. "llada", "Dream", "sdar", "llama") or save the model again with '
             "save_pretrained."
         )
     safety.check_weight_index(path)
@@ -295,7 +296,7 @@ def _check_inputs_before_loading(model, args: StableDRLConfig, kwargs: dict) -> 
     """Checks that need no loaded model: a missing local path, pickle-only weights, an empty dataset."""
     if isinstance(model, str):
         safety.check_local_model_path(model)
-        _check_model_folder(model)
+        check_model_folder(model)
         if not args.allow_pickle_checkpoints:
             safety.check_safetensors_only(model)
             args.model_init_kwargs = {"use_safetensors": True, **(args.model_init_kwargs or {})}
@@ -565,7 +566,9 @@ class StableDRLTrainer(GRPOTrainer):
             if isinstance(error, CheckpointError):
                 raise
             damage = safety.checkpoint_damage(resume_from_checkpoint, needs_optimizer=False)
-            where = f"{damage[0]} is {damage[1]}" if damage else f"loading its weights failed ({short_repr(str(error))})"
+            where = (
+                f"{damage[0]} is {damage[1]}" if damage else f"loading its weights failed ({short_repr(str(error))})"
+            )
             raise CheckpointError(
                 f"Cannot resume from {resume_from_checkpoint}: {where}. Resume from an older checkpoint "
                 "(resume_from_checkpoint=True skips damaged ones)."
@@ -603,7 +606,11 @@ class StableDRLTrainer(GRPOTrainer):
             return super()._load_optimizer_and_scheduler(checkpoint)
         except (OSError, RuntimeError, ValueError, EOFError) as error:
             damage = safety.checkpoint_damage(checkpoint) if checkpoint else None
-            where = f"{damage[0]} is {damage[1]}" if damage else f"its optimiser / scheduler state ({short_repr(str(error))})"
+            where = (
+                f"{damage[0]} is {damage[1]}"
+                if damage
+                else f"its optimiser / scheduler state ({short_repr(str(error))})"
+            )
             raise CheckpointError(
                 f"Cannot resume from {checkpoint}: {where}. Resume from an older checkpoint "
                 "(resume_from_checkpoint=True skips damaged ones)."

@@ -164,7 +164,9 @@ def check_config_values(config, hints: dict) -> None:
     weights = getattr(config, "reward_weights", None)
     if weights is not None:
         if not isinstance(weights, (list, tuple)):
-            raise TypeError(f"reward_weights={short_repr(weights)} must be a list of numbers (one per reward function).")
+            raise TypeError(
+                f"reward_weights={short_repr(weights)} must be a list of numbers (one per reward function)."
+            )
         for i, w in enumerate(weights):
             check_float(f"reward_weights[{i}]", w, advice="one finite weight per reward function")
 
