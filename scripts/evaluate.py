@@ -230,11 +230,15 @@ def _training_dataclasses() -> tuple:
 
     from stabledrl_trl.stabledrl_config import StableDRLConfig
 
-    spec = importlib.util.spec_from_file_location(
-        "_stabledrl_train_script", os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
-    )
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
+    name = "_stabledrl_train_script"
+    train = sys.modules.get(name)
+    if train is None:
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+        )
+        train = importlib.util.module_from_spec(spec)
+        sys.modules[name] = train  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(train)
     return (train.TrainScriptArguments, StableDRLConfig, ModelConfig)
 
 
