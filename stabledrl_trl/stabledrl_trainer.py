@@ -100,14 +100,14 @@ def _check_reward_output(name: str, output, n: int):
     one_dim = getattr(output, "ndim", 1) == 1 and hasattr(output, "__len__")
     if isinstance(output, (str, bytes, dict)) or not one_dim or not hasattr(output, "__iter__"):
         raise RewardFunctionError(
-            f"Reward function {name!r} returned {type(output).__name__} {output!r:.200}; it must return a list of "
+            f"Reward function {name!r} returned {type(output).__name__} {short_repr(output)}; it must return a list of "
             f"{n} floats (one per completion, None for a completion it cannot score)."
         )
     for i, r in enumerate(output):
         number = isinstance(r, numbers.Real)  # bool included: TRL reads True as 1.0
         if r is not None and not number and not (isinstance(r, torch.Tensor) and r.numel() == 1):
             raise RewardFunctionError(
-                f"Reward function {name!r} returned {type(r).__name__} {r!r:.200} for completion {i}; each reward "
+                f"Reward function {name!r} returned {type(r).__name__} {short_repr(r)} for completion {i}; each reward "
                 "must be a float (or None for a completion it cannot score)."
             )
     return output
@@ -143,7 +143,7 @@ def _wrap_reward_func(func):
             except Exception:
                 return RewardFunctionError(
                     f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on sample "
-                    f"{i}: prompt={prompts[i]!r}, completion={completions[i]!r}. Fix the reward function "
+                    f"{i}: prompt={short_repr(prompts[i])}, completion={short_repr(completions[i])}. Fix the reward function "
                     "(return None for a completion it cannot score)."
                 )
         return RewardFunctionError(

@@ -3,9 +3,9 @@
 - `short_repr(value)`: the repr every error message prints, bounded (about 200 characters, nesting cut), so that a
   huge value (a YAML alias bomb, a long list) cannot exhaust memory or flood the console while an error is built.
 - `check_config_values(config)`: every bool field holds a bool, every string field a string (not a list or
-  mapping), every float field (inherited ones included) a finite number within its range, `reward_weights` finite
-  numbers, and the integer fields the step layout relies on are positive; the message names the field, the value and
-  the valid range.
+  mapping) of at most MAX_STRING_FIELD characters, every float field (inherited ones included) a finite number
+  within its range, `reward_weights` finite numbers, and the integer fields the step layout relies on are positive;
+  the message names the field, the value and the valid range.
 - `load_yaml_checked(path)`: a YAML mapping with duplicate keys refused (naming the key and both lines) and values
   that expand to more than `MAX_YAML_NODES` nodes through aliases refused before anything prints them.
 """
@@ -21,6 +21,7 @@ import typing
 
 REPR_LIMIT = 200
 MAX_YAML_NODES = 100_000
+MAX_STRING_FIELD = 4096  # PATH_MAX: bounds what messages that print a string field's value can print
 
 _repr = reprlib.Repr()
 _repr.maxlevel = 3
@@ -154,6 +155,11 @@ def check_config_values(config, hints: dict) -> None:
         elif kinds == {str} and f.name not in _STR_FIELDS_TAKING_OTHER_TYPES:
             if isinstance(value, (list, tuple, dict, set)):
                 raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be a string.")
+            if isinstance(value, str) and len(value) > MAX_STRING_FIELD:  # later messages print it whole
+                raise ValueError(
+                    f"{f.name}={short_repr(value)} is {len(value)} characters long; at most {MAX_STRING_FIELD} "
+                    "(no setting or path is longer)."
+                )
         elif kinds == {float} and isinstance(value, numbers.Real) and not isinstance(value, bool):
             low, low_open, high, high_open, advice = FLOAT_RANGES.get(f.name, (None, False, None, False, ""))
             check_float(f.name, value, low, low_open, high, high_open, advice)

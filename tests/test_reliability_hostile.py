@@ -625,3 +625,15 @@ def test_estimator_memory_estimate_counts_chunks():
         _check_estimator_memory(args, family, 32000, torch.device("cpu"))
     args.estimator_chunk_size = 4  # 4 rows per pass: only the (rows, C) outputs grow with mc_samples
     _check_estimator_memory(args, family, 32000, torch.device("cpu"))
+
+
+def test_overlong_string_fields_and_huge_reward_outputs_print_bounded(tmp_path):
+    with pytest.raises(ValueError) as info:
+        config(tmp_path, loss_type="x" * 10**6)
+    assert "loss_type=" in str(info.value) and "1000000 characters long" in str(info.value)
+    assert len(str(info.value)) < REPR_LIMIT + 150
+    from stabledrl_trl.stabledrl_trainer import _check_reward_output
+
+    with pytest.raises(RewardFunctionError) as info:
+        _check_reward_output("scorer", "y" * 10**6, 4)
+    assert len(str(info.value)) < REPR_LIMIT + 200
