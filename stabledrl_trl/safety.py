@@ -109,10 +109,10 @@ def check_prompt_type(prompt, name: str, row: int) -> None:
     )
     if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
         for j, message in enumerate(prompt):
-            if "role" not in message or "content" not in message:
+            if "role" not in message:
                 raise ValueError(
-                    f"{name} row {row}: message {j} of the prompt has keys {sorted(message)[:6]}, not 'role' and "
-                    f"'content'. {fix}"
+                    f"{name} row {row}: message {j} of the prompt has keys {short_repr(sorted(map(str, message)))} "
+                    f"and no 'role'. {fix}"
                 )
         return
     if isinstance(prompt, list) and prompt and all(isinstance(m, str) for m in prompt):

@@ -525,8 +525,14 @@ class StableDRLTrainer(GRPOTrainer):
         return "No complete checkpoint was saved (save_strategy / save_steps), so there is nothing to resume from."
 
     def _check_parameters_finite(self):
-        """Raise NonFiniteGradientError when a parameter holds inf / NaN after an optimiser step (every process)."""
-        bad = safety.nonfinite_parameters(self.model)
+        """Raise NonFiniteGradientError when a parameter holds inf / NaN after an optimiser step (every process).
+        One device synchronisation per step: the per-parameter flags are reduced on the device first."""
+        device = self.accelerator.device
+        local = [p.detach() for p in self.model.parameters() if p.numel()]
+        local = [t.to_local() if hasattr(t, "to_local") else t for t in local]
+        flags = [torch.isfinite(t).all().to(device) for t in local if t.numel()]
+        finite = bool(torch.stack(flags).all()) if flags else True
+        bad = [] if finite else safety.nonfinite_parameters(self.model)
         found = float(len(bad))
         if self.accelerator.num_processes > 1:
             found = float(self.accelerator.reduce(torch.tensor([found], device=self.accelerator.device), "sum"))

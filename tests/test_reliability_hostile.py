@@ -320,7 +320,7 @@ def test_nan_weights_save_message_is_true_when_no_checkpoint_exists(tmp_path):
         ([1, 2, 3, 4], ["row 0", "int 1", "a string or a list of messages"]),
         ([{"role": "user", "content": f"{i}+1="} for i in range(4)], ["row 0", "dict", "list of messages"]),
         ([["1+2=", "think"]] * 4, ["row 0", "list of strings", "Join it into one string"]),
-        ([[{"text": "1+2="}]] * 4, ["row 0", "message 0", "'role' and 'content'"]),
+        ([[{"text": "1+2="}]] * 4, ["row 0", "message 0", "['text'] and no 'role'"]),
     ],
 )
 def test_malformed_prompts_are_refused_naming_the_row(tmp_path, prompts, words):
