@@ -167,6 +167,15 @@ def check_config_values(config, hints: dict) -> None:
             minimum, advice = INT_MINIMUMS[f.name]
             if value < minimum:
                 raise ValueError(f"{f.name}={value} must be an integer >= {minimum}; {advice}.")
+    init_kwargs = getattr(config, "model_init_kwargs", None)
+    if isinstance(init_kwargs, dict):
+        for key in ("dtype", "torch_dtype"):
+            dtype = init_kwargs.get(key)
+            if isinstance(dtype, str) and dtype != "auto" and not _is_torch_dtype(dtype):
+                raise ValueError(
+                    f"model_init_kwargs[{key!r}]={short_repr(dtype)} is not a torch dtype; use 'auto', 'bfloat16', "
+                    "'float16' or 'float32'."
+                )
     weights = getattr(config, "reward_weights", None)
     if weights is not None:
         if not isinstance(weights, (list, tuple)):
@@ -175,6 +184,12 @@ def check_config_values(config, hints: dict) -> None:
             )
         for i, w in enumerate(weights):
             check_float(f"reward_weights[{i}]", w, advice="one finite weight per reward function")
+
+
+def _is_torch_dtype(name: str) -> bool:
+    import torch
+
+    return isinstance(getattr(torch, name, None), torch.dtype)
 
 
 # ----------------------------------------------------------------------------------------------- YAML

@@ -637,3 +637,9 @@ def test_overlong_string_fields_and_huge_reward_outputs_print_bounded(tmp_path):
     with pytest.raises(RewardFunctionError) as info:
         _check_reward_output("scorer", "y" * 10**6, 4)
     assert len(str(info.value)) < REPR_LIMIT + 200
+
+
+def test_misspelt_dtype_in_model_init_kwargs_names_the_field(tmp_path):
+    with pytest.raises(ValueError, match=r"model_init_kwargs\['dtype'\]='bfloat61' is not a torch dtype"):
+        config(tmp_path, model_init_kwargs={"dtype": "bfloat61"})
+    assert config(tmp_path, model_init_kwargs={"dtype": "bfloat16"}).model_init_kwargs["dtype"] == "bfloat16"
