@@ -132,17 +132,6 @@ class TrainScriptArguments:
             )
         if self.anti_short_boxed is None:
             self.anti_short_boxed = self.reward_style == "official"
-        from stabledrl_trl.stabledrl_config import check_field_types
-        from stabledrl_trl.validation import check_config_values
-
-        check_field_types(self)
-        check_config_values(self, typing.get_type_hints(type(self)))
-        if self.sft_max_steps < 0:
-            raise ValueError(
-                f"sft_max_steps={self.sft_max_steps} must be >= 0 (0 skips the SFT warm-up; the default is 200)."
-            )
-        if not self.sft_learning_rate > 0 or self.sft_learning_rate != self.sft_learning_rate:
-            raise ValueError(f"sft_learning_rate={self.sft_learning_rate} must be a finite number > 0 (e.g. 1e-3).")
 
     def reward_funcs(self) -> list:
         """The reward functions of the chosen task and reward style (with the anti-short-boxed term if on)."""
@@ -165,6 +154,20 @@ def make_parser(subparsers=None):
 
 
 MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def check_script_args(script_args) -> None:
+    """TrainScriptArguments' types and numbers, named (bools, finite floats; sft_max_steps 0 skips the warm-up)."""
+    from stabledrl_trl.stabledrl_config import check_field_types
+    from stabledrl_trl.validation import check_config_values, check_float
+
+    check_field_types(script_args)
+    check_config_values(script_args, typing.get_type_hints(type(script_args)))
+    if script_args.sft_max_steps < 0:
+        raise ValueError(
+            f"sft_max_steps={script_args.sft_max_steps} must be >= 0 (0 skips the SFT warm-up; the default is 200)."
+        )
+    check_float("sft_learning_rate", script_args.sft_learning_rate, 0.0, True, advice="the default is 1e-3")
 
 
 def check_model_args(model_args) -> None:
@@ -265,7 +268,8 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
 
     if script_args is None:
         script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
-    check_model_args(model_args)  # before the SFT warm-up, not after it
+    check_script_args(script_args)  # before the SFT warm-up, not after it
+    check_model_args(model_args)
     task = get_task(script_args.task)
     if script_args.num_threads is not None:
         torch.set_num_threads(script_args.num_threads)

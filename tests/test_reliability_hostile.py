@@ -265,7 +265,9 @@ def test_sft_max_steps_zero_skips_the_warm_up_and_negative_is_refused(tmp_path, 
         prepare_sft_model(str(tmp_path / "cache"), max_steps=-1)
     train = load_script("train")
     with pytest.raises(ValueError, match="sft_max_steps=-1 must be >= 0"):
-        train.TrainScriptArguments(sft_max_steps=-1)
+        train.check_script_args(train.TrainScriptArguments(sft_max_steps=-1))
+    with pytest.raises(TypeError, match="tiny_model='yes' \\(str\\) must be True or False"):
+        train.check_script_args(train.TrainScriptArguments(tiny_model="yes"))
 
 
 # --------------------------------------------------------------------------- non-finite weights after a step
