@@ -8,7 +8,6 @@ import dataclasses
 import errno
 import json
 import os
-import time
 
 import pytest
 import torch
@@ -171,10 +170,9 @@ def alias_bomb(levels: int, key: str) -> str:
 def test_yaml_alias_bomb_is_refused_before_anything_prints_it(tmp_path, load_script):
     path = tmp_path / "bomb.yaml"
     path.write_text(alias_bomb(30, "num_generations"))  # 10**30 leaves if expanded
-    start = time.perf_counter()
-    with pytest.raises(ValueError, match=r"expands to \d+ YAML nodes through aliases"):
+    # expanded, it would not fit in memory: the check counts nodes without expanding them
+    with pytest.raises(ValueError, match=r"the value of 'a\d+' \(line \d+\) expands to \d+ YAML nodes"):
         load_script("train").make_parser().parse_args_and_config(["--config", str(path)])
-    assert time.perf_counter() - start < 10
 
 
 def test_error_messages_print_a_bounded_repr(tmp_path):
@@ -182,7 +180,6 @@ def test_error_messages_print_a_bounded_repr(tmp_path):
     value = ["x"] * 8
     for _ in range(12):
         value = [value] * 8
-    start = time.perf_counter()
     for name in ("num_generations", "loss_type", "temperature", "overwrite_output_dir"):
         with pytest.raises(TypeError) as info:
             config(tmp_path, **{name: value})
@@ -190,7 +187,6 @@ def test_error_messages_print_a_bounded_repr(tmp_path):
     loop = []
     loop.append(loop)
     assert len(short_repr(loop)) <= REPR_LIMIT and len(short_repr("y" * 10**6)) <= REPR_LIMIT
-    assert time.perf_counter() - start < 10
 
 
 # --------------------------------------------------------------------------- runs that would train nothing
