@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import typing
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -64,7 +65,12 @@ class TrainScriptArguments:
         },
     )
     sft_cache_dir: str = field(default=".cache/stabledrl_tiny", metadata={"help": "Cache of the SFT warm-up."})
-    sft_max_steps: int = field(default=200, metadata={"help": "SFT warm-up steps (tiny_model only)."})
+    sft_max_steps: int = field(
+        default=200,
+        metadata={
+            "help": "SFT warm-up steps (tiny_model only); 0 skips the warm-up (RL starts from the random model)."
+        },
+    )
     sft_learning_rate: float = field(default=1e-3, metadata={"help": "SFT warm-up learning rate (tiny_model only)."})
     sft_num_samples: int | None = field(default=5000, metadata={"help": "SFT warm-up examples (tiny_model only)."})
     evaluate_before_after: bool = field(
@@ -184,10 +190,43 @@ def make_parser(subparsers=None):
     return make_trl_parser(dataclass_types)
 
 
+MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def check_script_args(script_args) -> None:
+    """TrainScriptArguments' types and numbers, named (bools, finite floats; sft_max_steps 0 skips the warm-up)."""
+    from stabledrl_trl.stabledrl_config import check_field_types
+    from stabledrl_trl.validation import check_config_values, check_float
+
+    check_field_types(script_args)
+    check_config_values(script_args, typing.get_type_hints(type(script_args)))
+    if script_args.sft_max_steps < 0:
+        raise ValueError(
+            f"sft_max_steps={script_args.sft_max_steps} must be >= 0 (0 skips the SFT warm-up; the default is 200)."
+        )
+    check_float("sft_learning_rate", script_args.sft_learning_rate, 0.0, True, advice="the default is 1e-3")
+
+
+def check_model_args(model_args) -> None:
+    """TRL's ModelConfig fields this script reads, checked with their names (a YAML value skips argparse's
+    choices, and peft's own errors do not name the field)."""
+    from stabledrl_trl.validation import check_config_values, check_float, short_repr
+
+    check_config_values(model_args, typing.get_type_hints(type(model_args)))
+    if model_args.dtype is not None and model_args.dtype not in MODEL_DTYPES:
+        raise ValueError(f"dtype={short_repr(model_args.dtype)} is not known; choose one of {list(MODEL_DTYPES)}.")
+    if model_args.use_peft:
+        if model_args.lora_r < 1:
+            raise ValueError(f"lora_r={model_args.lora_r} must be an integer >= 1 (the LoRA rank; e.g. 16).")
+        check_float("lora_alpha", model_args.lora_alpha, 0.0, True, advice="TRL's default is 32")
+        check_float("lora_dropout", model_args.lora_dropout, 0.0, False, 1.0, True, advice="TRL's default is 0.05")
+
+
 def build_model_init_kwargs(training_args, model_args) -> dict:
     """from_pretrained kwargs: dtype, revision, attention; safetensors only and no remote code unless asked for."""
     import torch
 
+    check_model_args(model_args)
     dtype = model_args.dtype
     if dtype not in (None, "auto"):
         dtype = getattr(torch, dtype)
@@ -297,6 +336,8 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
 
     if script_args is None:
         script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
+    check_script_args(script_args)  # before the SFT warm-up, not after it
+    check_model_args(model_args)
     task = get_task(script_args.task)
     if script_args.num_threads is not None:
         torch.set_num_threads(script_args.num_threads)
@@ -317,6 +358,11 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
         )
     if model_path is None:
         raise ValueError("model_name_or_path is not set: give a hub id or a local checkpoint (or tiny_model: true).")
+    from stabledrl_trl.safety import check_local_model_path
+    from stabledrl_trl.stabledrl_trainer import check_model_folder
+
+    check_local_model_path(model_path)  # before the tokenizer: a missing folder is not a hub "Repo id" error
+    check_model_folder(model_path)
 
     training_args.model_init_kwargs = build_model_init_kwargs(training_args, model_args)
     tokenizer = AutoTokenizer.from_pretrained(

@@ -214,6 +214,13 @@ class MaskedDiffusionSFTConfig(TrainingArguments):
     save_strategy: str = field(default="no", metadata={"help": "Checkpoint strategy during training."})
 
     def __post_init__(self):
+        import typing
+
+        from .stabledrl_config import check_field_types
+        from .validation import check_config_values
+
+        check_field_types(self)  # integer fields hold integers
+        check_config_values(self, typing.get_type_hints(type(self)))  # bools, finite floats in range
         super().__post_init__()
         if not isinstance(self.completion_length, int) or self.completion_length < 1:
             raise ValueError(f"completion_length must be a positive integer, got {self.completion_length!r}.")
@@ -398,6 +405,10 @@ def prepare_sft_model(
 
     if architecture not in TINY_ARCHITECTURES:
         raise ValueError(f"tiny_architecture={architecture!r}: choose one of {list(TINY_ARCHITECTURES)}.")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
+        raise ValueError(
+            f"sft_max_steps={max_steps!r} must be an integer >= 0 (0 skips the SFT warm-up; the default is 200)."
+        )
     base_model = TINY_SFT_MODEL if architecture == "llada" else TINY_SFT_SDAR_MODEL
     model_config = {**base_model, **(model_overrides or {})}
     settings = {
@@ -424,20 +435,26 @@ def prepare_sft_model(
     model = build_tiny_model(tokenizer, seed=seed, architecture=architecture, **model_config)
     work_dir = tempfile.mkdtemp(prefix=".sft-tmp-", dir=cache_dir)
     try:
-        args = MaskedDiffusionSFTConfig(
-            output_dir=work_dir,
-            max_steps=max_steps,
-            learning_rate=learning_rate,
-            per_device_train_batch_size=batch_size,
-            completion_length=completion_length,
-            seed=seed,
-            data_seed=seed,
-            logging_steps=max(1, max_steps // 10),
-            disable_tqdm=not progress,
-            use_cpu=not torch.cuda.is_available(),
-            **training_kwargs,
-        )
-        metrics = run_sft(model, tokenizer, dataset, args)
+        if max_steps == 0:  # no warm-up: the randomly initialised tiny model, saved as a warm-up would be
+            logger.warning("sft_max_steps=0: no SFT warm-up; RL starts from the randomly initialised tiny model.")
+            model.save_pretrained(work_dir)
+            tokenizer.save_pretrained(work_dir)
+            metrics = {"skipped": True, "train_steps": 0}
+        else:
+            args = MaskedDiffusionSFTConfig(
+                output_dir=work_dir,
+                max_steps=max_steps,
+                learning_rate=learning_rate,
+                per_device_train_batch_size=batch_size,
+                completion_length=completion_length,
+                seed=seed,
+                data_seed=seed,
+                logging_steps=max(1, max_steps // 10),
+                disable_tqdm=not progress,
+                use_cpu=not torch.cuda.is_available(),
+                **training_kwargs,
+            )
+            metrics = run_sft(model, tokenizer, dataset, args)
         with open(os.path.join(work_dir, SFT_SETTINGS_FILE), "w") as f:
             json.dump({"settings": settings, "metrics": metrics}, f, indent=2, sort_keys=True, default=str)
         if os.path.isfile(os.path.join(target, SFT_SETTINGS_FILE)):  # a concurrent run finished first: keep it

@@ -3,6 +3,8 @@
 import json
 import os
 
+import torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -73,8 +75,12 @@ def test_resume_from_checkpoint_true_on_the_command_line_means_latest(tmp_path, 
     )
     ckpt = tmp_path / "checkpoint-4"
     ckpt.mkdir()
-    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json"):
-        (ckpt / name).write_text("{}")
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(ckpt / "model.safetensors"))
+    for name in ("optimizer.pt", "scheduler.pt"):
+        torch.save({}, ckpt / name)
+    (ckpt / "trainer_state.json").write_text("{}")
     # what train.py hands to trainer.train(), as the trainer resolves it
     assert resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir) == str(ckpt)
 
