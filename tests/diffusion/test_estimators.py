@@ -94,8 +94,19 @@ OPTIONS = {  # small blocks so block_random has several blocks; K passes per est
     "mc_elbo": dict(num_samples=3, p_mask_prompt=0.3),
     "mc_elbo_inv_t": dict(num_samples=3, t_sampling="stratified"),
     "block_random": dict(num_samples=3, block_size=2),
+    "block_random_coupled": dict(num_samples=4, block_size=2),
     "coupled": dict(num_samples=4, p_mask_prompt=0.3),
+    "sdmc": dict(num_samples=6, nodes=3, p_mask_prompt=0.3),
+    "sdmc_coupled": dict(num_samples=4, nodes=2),
 }
+
+
+def gauss_weights(name, nodes, K):
+    """Each pass's weight in the sdmc estimate, from numpy's Gauss-Legendre rule: w_i / 2 per node, / repeats."""
+    w = np.polynomial.legendre.leggauss(nodes)[1] / 2
+    if name == "sdmc_coupled":
+        w = np.repeat(w, 2) / 2
+    return np.tile(w, K // len(w)) / (K // len(w))
 
 
 def run(name, fn, batch, seed=0, **kw):
@@ -326,10 +337,15 @@ def _literal(name, batch, rec, opts, seed, beta=1.5):
             lp = {j: logp_all[row, P + j, cid[b, j]].item() for j in range(C)}
             lps.append(lp)
             masked_sets.append(masked)
-            if name in ("mc_elbo", "block_random"):
+            if name in ("mc_elbo", "block_random", "block_random_coupled"):
                 seq += sum(lp[j] for j in masked) / len(masked) / K
                 for j in masked:
                     tok[j] += n * lp[j] / (K * len(masked))
+            elif name in ("sdmc", "sdmc_coupled"):
+                omega = gauss_weights(name, opts["nodes"], K)[k]
+                seq += omega * sum(lp[j] for j in masked) / len(masked)
+                for j in masked:
+                    tok[j] += omega * n * lp[j] / len(masked)
             elif name == "mc_elbo_inv_t" and not fallback[b, k]:  # a draw that masked nothing is worth 0
                 seq += sum(lp[j] for j in masked) / (p[b, k].item() * n) / K
                 for j in masked:
@@ -454,7 +470,7 @@ def test_padding_other_rows_and_tokens_after_eos_change_nothing(model, name):
         base = run(name, model, batch, seed=1)
         # extra left padding of prompts and extra right padding of completions
         # (block_random permutes the canvas blocks, so its canvas keeps its block count: C 9 -> 10, blocks of 2)
-        _assert_same(base, run(name, model, _pad(batch, 3, 1 if name == "block_random" else 5), seed=1), C=C)
+        _assert_same(base, run(name, model, _pad(batch, 3, 1 if name.startswith("block_random") else 5), seed=1), C=C)
         # other rows replaced: row 1 keeps its estimate (its masks hash its row index, not its neighbours)
         other = make_batch(
             [[6, 6, 6, 6, 6], ROWS[0][1], [2], [3, 3]], [[5], ROWS[1][1], [2, 3, 4, 5, 6, 2, 3], [4, 4]], C=C
@@ -479,7 +495,7 @@ def test_per_row_seed_tensor_makes_rows_layout_independent(model, name):
         shuffled = run(name, model, tuple(t[perm] for t in batch), seed=seeds[perm])
         assert torch.allclose(base.seq_logps[perm], shuffled.seq_logps, atol=1e-5)
         assert torch.allclose(base.eubo[perm], shuffled.eubo, atol=1e-5)
-        right = 1 if name == "block_random" else 3  # same canvas block count for block_random
+        right = 1 if name.startswith("block_random") else 3  # same canvas block count for block_random
         _assert_same(base, run(name, model, _pad(batch, 2, right), seed=seeds), C=batch[2].shape[1])
     with pytest.raises(ValueError, match="one seed per row"):
         run(name, model, batch, seed=seeds[:3])
@@ -499,7 +515,7 @@ class CountingModel(nn.Module):
         return self.inner(input_ids, attention_mask)
 
 
-@pytest.mark.parametrize("name", ["mc_elbo", "block_random", "coupled"])
+@pytest.mark.parametrize("name", ["mc_elbo", "block_random", "block_random_coupled", "coupled", "sdmc_coupled"])
 def test_chunking_gives_equal_estimates_and_gradients(name):
     batch = make_batch(*ROWS)
     K = OPTIONS[name]["num_samples"]
@@ -581,12 +597,22 @@ def test_estimator_cost():
         "mc_elbo": 2,
         "mc_elbo_inv_t": 2,
         "block_random": 2,
+        "block_random_coupled": 2,
         "coupled": 2,
+        "sdmc": 3,
+        "sdmc_coupled": 6,
     }
+    assert default_num_samples("sdmc", nodes=5) == 5 and default_num_samples("sdmc_coupled", nodes=1) == 2
     assert estimator_cost("mean_field") == 1
     assert estimator_cost("mc_elbo", 8) == 8 and estimator_cost("coupled", 4) == 4
-    with pytest.raises(ValueError, match="even"):
-        estimator_cost("coupled", 3)
+    assert estimator_cost("sdmc", None, nodes=4) == 4 and estimator_cost("sdmc_coupled", 8, nodes=2) == 8
+    for name in ("coupled", "block_random_coupled"):
+        with pytest.raises(ValueError, match="even"):
+            estimator_cost(name, 3)
+    with pytest.raises(ValueError, match="multiple of 3"):
+        estimator_cost("sdmc", 4)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        estimator_cost("sdmc_coupled", 6, nodes=2)
     with pytest.raises(ValueError, match="unknown likelihood estimator"):
         estimator_cost("elbo", 2)
 
@@ -619,6 +645,12 @@ def test_bad_arguments_raise_value_error(model):
         (dict(name="coupled", num_samples=3), "even"),
         (dict(block_size=4), "does not take"),
         (dict(name="block_random", block_size=0), "block_size"),
+        (dict(name="block_random_coupled", num_samples=3), "even"),
+        (dict(name="sdmc", nodes=6), "nodes"),
+        (dict(name="sdmc", nodes=0), "nodes"),
+        (dict(name="sdmc", num_samples=4), "multiple of 3"),
+        (dict(name="sdmc_coupled", num_samples=3, nodes=1), "multiple of 2"),
+        (dict(name="sdmc", block_size=2), "does not take"),
         (dict(num_samples=0), "num_samples"),
         (dict(p_mask_prompt=2.0), "p_mask_prompt"),
         (dict(chunk_size=0), "chunk_size"),
