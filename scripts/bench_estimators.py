@@ -3,6 +3,7 @@
     python scripts/bench_estimators.py                      # both shapes, writes docs/bench_estimators.json
     python scripts/bench_estimators.py --write-readme       # also the table in README.md (between its markers)
     python scripts/bench_estimators.py --model sft          # the SFT warm-up, trained first if not cached
+    python scripts/bench_estimators.py --readme-from-json   # README.md's table from docs/bench_estimators.json
 
 A StableDRL or GRPO weight is exp(L_theta - L_old), each L an estimate with its own random masks. At theta = theta_old
 the log-ratio is pure estimator noise: two independent estimates of the same model on the same completion. For every
@@ -251,11 +252,19 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON result (relative to the repository root)")
     p.add_argument("--write-readme", action="store_true", help="write the table between README.md's markers")
     p.add_argument("--skip-larger", action="store_true", help="measure the embedded shape only (smoke runs)")
+    p.add_argument("--readme-from-json", action="store_true",
+                   help="measure nothing: write README.md's block from the existing --output JSON")  # fmt: skip
     return p
 
 
 def main(argv=None) -> dict:
     args = make_parser().parse_args(argv)
+    output = args.output if os.path.isabs(args.output) else os.path.join(ROOT, args.output)
+    if args.readme_from_json:
+        with open(output) as f:
+            result = json.load(f)
+        write_readme(os.path.join(ROOT, "README.md"), render(result))
+        return result
     for name in ("rows", "large_rows", "large_canvas", "large_block_size", "repeats", "max_passes"):
         if getattr(args, name) < 1 or (name == "max_passes" and args.max_passes < 2):
             raise SystemExit(f"--{name.replace('_', '-')}={getattr(args, name)} is too small.")
@@ -292,9 +301,8 @@ def main(argv=None) -> dict:
                 "table": table,
             }
         )
-    command = "python scripts/bench_estimators.py" + ("" if argv is None else "".join(f" {a}" for a in argv))
-    if argv is None:
-        command = "python scripts/bench_estimators.py" + "".join(f" {a}" for a in sys.argv[1:])
+    given = sys.argv[1:] if argv is None else list(argv)
+    command = "python scripts/bench_estimators.py" + "".join(f" {a}" for a in given if a != "--write-readme")
     result = {
         "command": command,
         "commit": _commit(),
@@ -305,7 +313,6 @@ def main(argv=None) -> dict:
         "seed": args.seed,
         "shapes": shapes,
     }
-    output = args.output if os.path.isabs(args.output) else os.path.join(ROOT, args.output)
     os.makedirs(os.path.dirname(output), exist_ok=True)
     with open(output, "w") as f:
         json.dump(result, f, indent=2, sort_keys=True)
