@@ -242,7 +242,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=("auto", "sft", "random"), default="auto",
                    help="embedded shape: the SFT warm-up if cached (auto), trained if needed (sft), or random init")  # fmt: skip
     p.add_argument("--sft-cache-dir", default=os.path.join(ROOT, ".cache", "stabledrl_tiny"))
-    p.add_argument("--rows", type=int, default=128, help="embedded shape: held-out digit_sort prompts, one rollout each")
+    p.add_argument(
+        "--rows", type=int, default=128, help="embedded shape: held-out digit_sort prompts, one rollout each"
+    )
     p.add_argument("--large-rows", type=int, default=32, help="larger shape: prompts, one rollout each")
     p.add_argument("--large-canvas", type=int, default=64, help="larger shape: max_completion_length")
     p.add_argument("--large-block-size", type=int, default=16, help="larger shape: estimator_block_size")

@@ -92,7 +92,7 @@ class StableDRLConfig(GRPOConfig):
         default=False,
         metadata={
             "help": "stable_drl: use SPG's sandwich objective (ELBO for A > 0, omega*EUBO + (1-omega)*ELBO "
-            "otherwise). Needs likelihood_estimator='block_random'."
+            "otherwise). Needs likelihood_estimator='block_random' or 'block_random_coupled'."
         },
     )
     sandwich_beta: float = field(default=1.5, metadata={"help": "SPG's EUBO exponent beta (> 0)."})

@@ -29,9 +29,9 @@ from trl.trainer.utils import (
 
 from . import safety
 from .diffusion.adapter import as_diffusion_lm, detect_family
+from .diffusion.estimators import estimator_standard_error
 from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, row_seeds
-from .diffusion.estimators import estimator_standard_error
 from .objectives import (
     SEQUENCE_INPUT,
     aggregate_loss,

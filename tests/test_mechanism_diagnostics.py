@@ -59,7 +59,9 @@ def test_ppo_clip_weight_is_the_ratio_where_the_unclipped_term_is_taken_else_zer
 
 
 def test_weights_by_advantage_sign_sum_and_count_and_skip_zero_and_masked_units():
-    stats = weight_by_advantage_sign(torch.tensor([2.0, 3.0, 0.5, 7.0, 1.0]), torch.tensor([-1.0, -2.0, 1.0, 0.0, 3.0]))
+    stats = weight_by_advantage_sign(
+        torch.tensor([2.0, 3.0, 0.5, 7.0, 1.0]), torch.tensor([-1.0, -2.0, 1.0, 0.0, 3.0])
+    )
     assert stats.tolist() == [5.0, 2.0, 1.5, 2.0]  # neg: 2 + 3; pos: 0.5 + 1; A = 0 left out
     tokens = torch.tensor([[1.0, 4.0, 9.0], [2.0, 2.0, 9.0]])
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])

@@ -454,7 +454,9 @@ def gauss_legendre_times(nodes: int) -> tuple[Tensor, Tensor]:
     import numpy as np
 
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= SDMC_MAX_NODES:
-        raise ValueError(f"nodes must be an int in [1, {SDMC_MAX_NODES}] (Gauss-Legendre points over t), got {nodes!r}")
+        raise ValueError(
+            f"nodes must be an int in [1, {SDMC_MAX_NODES}] (Gauss-Legendre points over t), got {nodes!r}"
+        )
     x, w = np.polynomial.legendre.leggauss(nodes)
     return torch.from_numpy((x + 1.0) / 2.0), torch.from_numpy(w / 2.0)
 

@@ -280,10 +280,10 @@ def _block_random_coupled_expectation(elp, n, block_size, q, canvas_blocks):
     for bi, blk in enumerate(blocks):
         later = [i for b in blocks[bi + 1 :] for i in b]
         earlier = [i for b in blocks[:bi] for i in b]
-        for l in range(1, len(blk) + 1):
-            for A in combinations(blk, l):
-                second = A if l == len(blk) else tuple(i for i in blk if i not in A)
-                prob = p_block[bi] / len(blk) / math.comb(len(blk), l)
+        for size in range(1, len(blk) + 1):
+            for A in combinations(blk, size):
+                second = A if size == len(blk) else tuple(i for i in blk if i not in A)
+                prob = p_block[bi] / len(blk) / math.comb(len(blk), size)
                 for masked in (A, second):
                     now = [i in masked or i in later for i in range(n)]
                     total += prob * mean_over_earlier(now, earlier) / 2
