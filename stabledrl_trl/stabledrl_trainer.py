@@ -212,7 +212,10 @@ class StableDRLTrainer(GRPOTrainer):
     - `_calculate_rewards`: a non-finite reward (inf, or NaN from every function) drops its sample from the group's
       normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
       row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
-    - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation.
+    - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation. For every objective
+      it logs the mean applied weight of negative- and positive-advantage samples (`stabledrl/weight_mean_neg_adv`,
+      `weight_mean_pos_adv`) and, with fresh masks, the estimator's own noise in L_theta - L_old
+      (`stabledrl/estimator_noise_std`); `_calculate_rewards` logs `stabledrl/equal_reward_group_frac`.
     - `training_step`: at the end of each optimiser step, logs `stabledrl/all_clipped` (every sample or token of the
       step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
       consecutive such steps (no learning).
