@@ -29,8 +29,32 @@ CHANGED_GRPO_DEFAULTS = {
     "loss_type": ("dapo", "stable_drl", "the StableDRL objective is the point of this package"),
     "scale_rewards": ("group", "none", "advantages are mean-centred only, as the official StableDRL code"),
     "temperature": (1.0, 0.9, "the official StableDRL rollout temperature"),
-    "max_completion_length": (512, 256, "the official StableDRL generation length (for a dLLM, every rollout's)"),
+    "max_completion_length": (
+        512,
+        256,
+        "the official StableDRL generation length (a diffusion LM's fixed canvas); an autoregressive model keeps 512",
+    ),
 }
+
+
+class _UnsetLength(int):
+    """The default `max_completion_length` (256), told apart from a user's 256: the trainer gives an autoregressive
+    model TRL's default (512) instead, since the shorter length only serves diffusion rollouts."""
+
+    def __repr__(self) -> str:
+        return repr(int(self))
+
+    def __reduce__(self):
+        return (_UnsetLength, (int(self),))
+
+
+DIFFUSION_COMPLETION_LENGTH = _UnsetLength(256)
+TRL_COMPLETION_LENGTH = 512  # GRPOConfig's default
+
+
+def completion_length_is_default(config) -> bool:
+    """True when `max_completion_length` was left at its default (not set by the user, not even to 256)."""
+    return isinstance(config.max_completion_length, _UnsetLength)
 
 
 @dataclass
@@ -38,7 +62,9 @@ class StableDRLConfig(GRPOConfig):
     r"""Configuration for [`StableDRLTrainer`]: every [`trl.GRPOConfig`] field, plus the fields below.
 
     Changed GRPO defaults: `loss_type="stable_drl"` (was `"dapo"`), `scale_rewards="none"` (was `"group"`),
-    `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`).
+    `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`; a diffusion LM only: an autoregressive
+    model keeps 512 unless the field is set). Every GRPOConfig field is honoured or refused where it cannot apply
+    (`trl_fields`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
     positions, decoded in `diffusion_steps` denoising steps, by LLaDA's sampler in blocks of `block_length` or by
@@ -70,8 +96,11 @@ class StableDRLConfig(GRPOConfig):
         metadata={"help": "Advantage scaling, as in GRPOConfig: 'none' (mean-centred, default), 'group', 'batch'."},
     )
     max_completion_length: int | None = field(
-        default=256,
-        metadata={"help": "Maximum completion length; for a diffusion LM, the fixed generation length."},
+        default=DIFFUSION_COMPLETION_LENGTH,
+        metadata={
+            "help": "Maximum completion length; for a diffusion LM, the fixed generation length. Left unset: 256 "
+            "(the official StableDRL generation length) for a diffusion LM, TRL's 512 for an autoregressive model."
+        },
     )
     temperature: float = field(default=0.9, metadata={"help": "Sampling temperature for rollouts (0 = greedy)."})
     clip_c: float = field(
@@ -432,12 +461,10 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
-        if self.loss_type in OWN_LOSS_TYPES and self.beta != 0.0:
-            raise ValueError(
-                f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
-                "none). Set beta=0.0, or use one of TRL's loss types (e.g. 'grpo') for a KL-regularised baseline."
-            )
         self._check_ratio_pairing()
+        from .trl_fields import check_config_fields
+
+        check_config_fields(self)  # GRPOConfig fields that cannot apply to this loss type (trl_fields.REFUSED)
 
     def _check_ratio_pairing(self):
         """Pick `mask_seed_mode` when unset, and refuse objective / mask pairings whose ratios are mask noise."""
