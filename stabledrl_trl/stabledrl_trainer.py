@@ -158,14 +158,13 @@ def _wrap_reward_func(func):
 
 def check_diffusion_setup(args: StableDRLConfig, family) -> None:
     """Diffusion-only checks, run once the model's family is known: LLaDA's block layout where LLaDA's sampler runs,
-    and TRL sampling options no diffusion sampler implements (refused rather than silently ignored). `top_k` /
+    TRL sampling options no diffusion sampler implements are refused by `trl_fields.check_model_fields`. `top_k` /
     `top_p` are read by every diffusion sampler; what a family's sampler would ignore is `family.check`'s business."""
     sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else None
     if args.max_completion_length is None:
         check_diffusion_layout(None, args.block_length, args.diffusion_steps)  # raises: a dLLM needs a length
     if sampler == "llada":
         check_diffusion_layout(args.max_completion_length, args.block_length, args.diffusion_steps)
-    check_model_fields(args, True)  # min_p, repetition_penalty, generation_kwargs, vLLM, ... (trl_fields.REFUSED)
 
 
 def _is_diffusion_before_loading(model, args: StableDRLConfig) -> bool | None:
@@ -284,8 +283,7 @@ class StableDRLTrainer(GRPOTrainer):
             raise TypeError(f"args must be a StableDRLConfig, got {type(args).__name__}.")
         _check_inputs_before_loading(model, args, kwargs)
         diffusion_before = _is_diffusion_before_loading(model, args)
-        if diffusion_before:
-            check_model_fields(args, True)  # e.g. use_vllm: refused before TRL sets vLLM up
+        check_model_fields(args, diffusion_before)  # e.g. use_vllm: refused before TRL sets vLLM up
         if diffusion_before is False and completion_length_is_default(args):
             args = copy.copy(args)  # an autoregressive model keeps TRL's default length (256 only serves dLLMs)
             args.max_completion_length = TRL_COMPLETION_LENGTH

@@ -56,8 +56,7 @@ _NO_ENTROPY_DLM = (
     "change nothing"
 )
 _AR_GENERATION = (
-    "it is an option of TRL's autoregressive generation; the masked-diffusion samplers (LLaDA's, Dream's, the block "
-    "sampler) have no equivalent"
+    "it is an option of TRL's autoregressive generation; the masked-diffusion samplers have no equivalent"
 )
 _DIFFUSION_SAMPLER_FIX = (
     "the diffusion samplers read temperature, top_k / top_p, block_length, diffusion_steps, remasking and cfg_scale"
@@ -128,10 +127,6 @@ REFUSED: dict[str, Refusal] = {
         (False,), "diffusion", "transformers' continuous batching decodes autoregressively",
         "set use_transformers_continuous_batching=False (rollouts use the masked-diffusion sampler)",
     ),
-    "use_transformers_paged": Refusal(
-        (False,), "diffusion", "paged attention serves transformers' autoregressive generate()",
-        "set use_transformers_paged=False",
-    ),
     "cache_implementation": Refusal(
         (None,), "diffusion", _AR_GENERATION, "remove it; LLaDA's sampler has its own key/value reuse "
         "(rollout_cache)",
@@ -173,15 +168,15 @@ HONOURED: dict[str, str] = {
     "chat_template_kwargs": _T,
     "max_tool_calling_iterations": _T,
     # ---- generation
-    "num_generations": "here: test_stabledrl_trainer.py",
-    "num_generations_eval": "here: test_stabledrl_trainer.py",
+    "num_generations": "here: test_group_exact.py::test_gradient_accumulation_equals_whole_batch",
+    "num_generations_eval": _T,
     "max_completion_length": "here: test_trl_fields.py::test_autoregressive_model_keeps_trls_completion_length",
-    "ds3_gather_for_generation": "here: stabledrl_trainer.py",
+    "ds3_gather_for_generation": _T,  # TRL's unwrap_model_for_generation, which the diffusion rollouts use too
     "generation_batch_size": _T,
-    "steps_per_generation": "here: test_group_exact.py",
-    "temperature": "here: test_trl_fields.py::test_temperature_and_top_k_change_diffusion_rollouts",
-    "top_p": "here: test_trl_fields.py::test_temperature_and_top_k_change_diffusion_rollouts",
-    "top_k": "here: test_trl_fields.py::test_temperature_and_top_k_change_diffusion_rollouts",
+    "steps_per_generation": "here: test_group_exact.py::test_gradient_accumulation_equals_whole_batch",
+    "temperature": "here: test_stabledrl_trainer.py::test_llada_rollouts_draw_from_the_configured_top_k",
+    "top_p": "here: diffusion/test_sampler.py::test_filtered_draws_follow_the_renormalised_softmax",
+    "top_k": "here: test_stabledrl_trainer.py::test_llada_rollouts_draw_from_the_configured_top_k",
     "vllm_mode": _T,
     "vllm_model_impl": _T,
     "vllm_enable_sleep_mode": _T,
@@ -199,14 +194,16 @@ HONOURED: dict[str, str] = {
     "vllm_importance_sampling_clip_min": _T,
     "vllm_importance_sampling_cap": _T,
     "transformers_continuous_batching_config": _T,
+    # TRL's deprecated alias: it turns use_transformers_continuous_batching on (refused with it for a diffusion LM)
+    "use_transformers_paged": _T,
     # ---- objective
     "beta": "here: test_trl_fields.py::test_beta_adds_a_kl_term_to_the_packages_objectives",
     "use_bias_correction_kl": "here: test_trl_fields.py::test_beta_adds_a_kl_term_to_the_packages_objectives",
-    "num_iterations": "here: test_stabledrl_trainer.py",
+    "num_iterations": "here: test_stabledrl_trainer.py::test_d1_recipe_grpo_mean_field_shared_masks_with_reference",
     "reward_weights": _T,
     "multi_objective_aggregation": _T,
     "scale_rewards": _T,
-    "loss_type": "here: test_stabledrl_trainer.py",
+    "loss_type": "here: test_stabledrl_trainer.py::test_every_loss_type_trains_under_its_defaults_with_bounded_gradients",
     "mask_truncated_completions": _T,
     "sync_ref_model": _T,
     "ref_model_mixup_alpha": _T,
@@ -287,7 +284,7 @@ def _refuse(name: str, value, refusal: Refusal, config=None) -> None:
 def check_config_fields(config) -> None:
     """Refuse, at config construction, a field whose condition is known then (always, or the loss type)."""
     for name, refusal in REFUSED.items():
-        if refusal.when == "diffusion":
+        if refusal.when == "diffusion" or refusal.needs is not None:  # the latter: after the model checks
             continue
         if refusal.when == "loss" and config.loss_type not in refusal.losses:
             continue
@@ -298,12 +295,17 @@ def check_config_fields(config) -> None:
             _refuse(name, value, refusal, config if refusal.when == "loss" else None)
 
 
-def check_model_fields(args, is_diffusion: bool) -> None:
-    """Refuse, once the trainer knows the model, a field that cannot apply to a masked-diffusion model."""
-    if not is_diffusion:
-        return
-    refusals = [(n, r) for n, r in REFUSED.items() if r.when == "diffusion"] + list(REFUSED_DIFFUSION.items())
+def check_model_fields(args, is_diffusion: bool | None) -> None:
+    """Refuse, when the trainer is built, a field that cannot apply to a masked-diffusion model (`is_diffusion`
+    True), then a loss-type refusal that depends on another option (`Refusal.needs`, e.g. use_vllm): the model's
+    refusal says more, so it comes first."""
+    refusals = []
+    if is_diffusion:
+        refusals += [(n, r) for n, r in REFUSED.items() if r.when == "diffusion"] + list(REFUSED_DIFFUSION.items())
+    refusals += [(n, r) for n, r in REFUSED.items() if r.when == "loss" and r.needs is not None]
     for name, refusal in refusals:
+        if refusal.when == "loss" and (args.loss_type not in refusal.losses or getattr(args, refusal.needs) is not True):
+            continue
         value = getattr(args, name)
         if not _is_neutral(value, refusal.neutral):
-            _refuse(name, value, refusal)
+            _refuse(name, value, refusal, args if refusal.when == "loss" else None)
