@@ -131,7 +131,7 @@ def test_field_that_cannot_apply_to_a_diffusion_model_is_refused_by_the_trainer(
     with pytest.raises(ValueError) as info:
         make_trainer(tmp_path, args=args)
     message = str(info.value)
-    for word in (f"{name}=", "masked-diffusion", "Fix:"):
+    for word in (f"{name}={value!r}", "masked-diffusion", "Fix:"):
         assert word in message, (word, message)
 
 
@@ -143,7 +143,7 @@ def test_use_vllm_on_a_diffusion_model_is_refused_before_trls_vllm_setup(tmp_pat
         build_tiny_tokenizer().save_pretrained(tmp_path / "llada")
         model = str(tmp_path / "llada")
     with pytest.raises(ValueError) as info:
-        make_trainer(tmp_path, model=model, args=make_args(tmp_path, use_vllm=True, vllm_importance_sampling_correction=False))
+        make_trainer(tmp_path, model=model, args=make_args(tmp_path, use_vllm=True))
     message = str(info.value)
     assert "use_vllm=True" in message and "does not run masked-diffusion sampling" in message
     assert "use_vllm=False" in message and "pip install" not in message
@@ -305,3 +305,11 @@ def test_refusal_of_a_folder_with_checkpoints_gives_fixes_that_work_with_grpo_co
     trainer = make_trainer(tmp_path, args=make_args(tmp_path, max_steps=1))
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+def test_readme_lists_the_changed_grpo_defaults():
+    from stabledrl_trl.stabledrl_config import CHANGED_GRPO_DEFAULTS
+
+    readme = (TESTS.parent / "README.md").read_text()
+    for name, (old, new, why) in CHANGED_GRPO_DEFAULTS.items():
+        assert f"| `{name}` | `{old!r}` | `{new!r}` | {why} |" in readme, name
