@@ -47,7 +47,9 @@ class Refusal:
             return "with StableDRLTrainer (GRPO)"
         if self.when == "diffusion":
             return "with a masked-diffusion model"
-        text = f"with loss_type={config.loss_type!r}" if config is not None else f"with loss_type in {list(self.losses)}"
+        text = (
+            f"with loss_type={config.loss_type!r}" if config is not None else f"with loss_type in {list(self.losses)}"
+        )
         return text if self.needs is None else f"{text} and {self.needs}=True"
 
 
@@ -55,9 +57,7 @@ _NO_ENTROPY_DLM = (
     "a diffusion LM's entropies come from the likelihood estimator without gradient, so an entropy bonus would "
     "change nothing"
 )
-_AR_GENERATION = (
-    "it is an option of TRL's autoregressive generation; the masked-diffusion samplers have no equivalent"
-)
+_AR_GENERATION = "it is an option of TRL's autoregressive generation; the masked-diffusion samplers have no equivalent"
 _DIFFUSION_SAMPLER_FIX = (
     "the diffusion samplers read temperature, top_k / top_p, block_length, diffusion_steps, remasking and cfg_scale"
 )
@@ -65,71 +65,115 @@ _DIFFUSION_SAMPLER_FIX = (
 REFUSED: dict[str, Refusal] = {
     # ---- TRL's entropy controls: their objectives only
     "entropy_coef": Refusal(
-        (0.0,), "loss", "the package's objectives add no entropy bonus", "use a TRL loss type (e.g. 'dapo') or "
-        "leave entropy_coef=0.0", losses=OWN
+        (0.0,),
+        "loss",
+        "the package's objectives add no entropy bonus",
+        "use a TRL loss type (e.g. 'dapo') or leave entropy_coef=0.0",
+        losses=OWN,
     ),
     "use_adaptive_entropy": Refusal(
-        (False,), "loss", "the package's objectives add no entropy bonus", "use a TRL loss type (e.g. 'dapo') or "
-        "leave use_adaptive_entropy=False", losses=OWN
+        (False,),
+        "loss",
+        "the package's objectives add no entropy bonus",
+        "use a TRL loss type (e.g. 'dapo') or leave use_adaptive_entropy=False",
+        losses=OWN,
     ),
     "top_entropy_quantile": Refusal(
-        (1.0,), "loss", "the package's objectives weight whole sequences (stable_drl, stable_drl_ratio) or every "
-        "token (dgpo) and do not mask low-entropy tokens", "use a TRL loss type (e.g. 'dapo') or leave "
-        "top_entropy_quantile=1.0", losses=OWN
+        (1.0,),
+        "loss",
+        "the package's objectives weight whole sequences (stable_drl, stable_drl_ratio) or every "
+        "token (dgpo) and do not mask low-entropy tokens",
+        "use a TRL loss type (e.g. 'dapo') or leave top_entropy_quantile=1.0",
+        losses=OWN,
     ),
     "off_policy_mask_threshold": Refusal(
-        (None,), "loss", "the package's objectives bound off-policy samples themselves (clip_c's clipped, "
+        (None,),
+        "loss",
+        "the package's objectives bound off-policy samples themselves (clip_c's clipped, "
         "self-normalised weights; dgpo's soft clipping) and do not apply TRL's off-policy sequence mask",
-        "use a TRL loss type (e.g. 'dapo') or leave off_policy_mask_threshold=None", losses=OWN
+        "use a TRL loss type (e.g. 'dapo') or leave off_policy_mask_threshold=None",
+        losses=OWN,
     ),
     # ---- loss-type-specific hyper-parameters: refused where the chosen loss does not read them
     "epsilon": Refusal(
-        (0.2,), "loss", "this objective has no epsilon clip range (stable_drl clips the weight at clip_c; sapo and "
-        "vespo use their own parameters)", "remove epsilon (stable_drl: set clip_c)",
+        (0.2,),
+        "loss",
+        "this objective has no epsilon clip range (stable_drl clips the weight at clip_c; sapo and "
+        "vespo use their own parameters)",
+        "remove epsilon (stable_drl: set clip_c)",
         losses=("stable_drl", "sapo", "vespo"),
     ),
     "epsilon_high": Refusal(
-        (None,), "loss", "this objective has no upper clip range (stable_drl_ratio clips with epsilon on both sides; "
-        "stable_drl clips the weight at clip_c)", "remove epsilon_high",
+        (None,),
+        "loss",
+        "this objective has no upper clip range (stable_drl_ratio clips with epsilon on both sides; "
+        "stable_drl clips the weight at clip_c)",
+        "remove epsilon_high",
         losses=("stable_drl", "stable_drl_ratio", "sapo", "vespo"),
     ),
     "delta": Refusal(
-        (None,), "loss", "delta bounds the ratio of TRL's two-sided clipped losses only", "remove delta, or use "
-        f"one of {list(TRL_CLIPPED)}", losses=tuple(t for t in (*OWN, "cispo", "sapo", "vespo")),
+        (None,),
+        "loss",
+        "delta bounds the ratio of TRL's two-sided clipped losses only",
+        f"remove delta, or use one of {list(TRL_CLIPPED)}",
+        losses=tuple(t for t in (*OWN, "cispo", "sapo", "vespo")),
     ),
-    "sapo_temperature_neg": Refusal((1.05,), "loss", "only loss_type='sapo' reads it", "remove it",
-                                    losses=(*OWN, *TRL_CLIPPED, "cispo", "vespo")),
-    "sapo_temperature_pos": Refusal((1.0,), "loss", "only loss_type='sapo' reads it", "remove it",
-                                    losses=(*OWN, *TRL_CLIPPED, "cispo", "vespo")),
+    "sapo_temperature_neg": Refusal(
+        (1.05,), "loss", "only loss_type='sapo' reads it", "remove it", losses=(*OWN, *TRL_CLIPPED, "cispo", "vespo")
+    ),
+    "sapo_temperature_pos": Refusal(
+        (1.0,), "loss", "only loss_type='sapo' reads it", "remove it", losses=(*OWN, *TRL_CLIPPED, "cispo", "vespo")
+    ),
     **{
-        name: Refusal((default,), "loss", "only loss_type='vespo' reads it", "remove it",
-                      losses=(*OWN, *TRL_CLIPPED, "cispo", "sapo"))
-        for name, default in (("vespo_k_pos", 2.0), ("vespo_lambda_pos", 3.0), ("vespo_k_neg", 3.0),
-                              ("vespo_lambda_neg", 2.0))
+        name: Refusal(
+            (default,),
+            "loss",
+            "only loss_type='vespo' reads it",
+            "remove it",
+            losses=(*OWN, *TRL_CLIPPED, "cispo", "sapo"),
+        )
+        for name, default in (
+            ("vespo_k_pos", 2.0),
+            ("vespo_lambda_pos", 3.0),
+            ("vespo_k_neg", 3.0),
+            ("vespo_lambda_neg", 2.0),
+        )
     },
     "importance_sampling_level": Refusal(
-        ("token",), "loss", "the package's objectives fix their own ratio level (stable_drl and stable_drl_ratio "
+        ("token",),
+        "loss",
+        "the package's objectives fix their own ratio level (stable_drl and stable_drl_ratio "
         "'mean': the sequence log-weight; dgpo: per token; stable_drl_ratio_form chooses for stable_drl_ratio)",
-        "remove importance_sampling_level (stable_drl_ratio: set stable_drl_ratio_form)", losses=OWN
+        "remove importance_sampling_level (stable_drl_ratio: set stable_drl_ratio_form)",
+        losses=OWN,
     ),
     "vllm_importance_sampling_correction": Refusal(
-        (False,), "loss", "the package's objectives do not multiply by TRL's vLLM importance-sampling ratio",
-        "set vllm_importance_sampling_correction=False, or use a TRL loss type with vLLM", losses=OWN,
+        (False,),
+        "loss",
+        "the package's objectives do not multiply by TRL's vLLM importance-sampling ratio",
+        "set vllm_importance_sampling_correction=False, or use a TRL loss type with vLLM",
+        losses=OWN,
         needs="use_vllm",
     ),
     # ---- generation options of autoregressive models: refused for a masked-diffusion model
     "use_vllm": Refusal(
-        (False,), "diffusion", "vLLM decodes autoregressively and does not run masked-diffusion sampling",
+        (False,),
+        "diffusion",
+        "vLLM decodes autoregressively and does not run masked-diffusion sampling",
         "set use_vllm=False: rollouts then use the model family's masked-diffusion sampler (fast approximate "
         "decoding: rollout_cache / parallel_threshold, README 'Fast rollouts')",
     ),
     "use_transformers_continuous_batching": Refusal(
-        (False,), "diffusion", "transformers' continuous batching decodes autoregressively",
+        (False,),
+        "diffusion",
+        "transformers' continuous batching decodes autoregressively",
         "set use_transformers_continuous_batching=False (rollouts use the masked-diffusion sampler)",
     ),
     "cache_implementation": Refusal(
-        (None,), "diffusion", _AR_GENERATION, "remove it; LLaDA's sampler has its own key/value reuse "
-        "(rollout_cache)",
+        (None,),
+        "diffusion",
+        _AR_GENERATION,
+        "remove it; LLaDA's sampler has its own key/value reuse (rollout_cache)",
     ),
     "min_p": Refusal((None,), "diffusion", _AR_GENERATION, f"remove it (leave min_p=None); {_DIFFUSION_SAMPLER_FIX}"),
     "repetition_penalty": Refusal(
@@ -143,8 +187,11 @@ REFUSED: dict[str, Refusal] = {
         (0.0,), "always", "GRPO's losses have no labels to smooth", "remove label_smoothing_factor"
     ),
     "train_sampling_strategy": Refusal(
-        ("random",), "always", "GRPO draws prompts with its own repeat sampler (num_generations copies per prompt); "
-        "shuffle_dataset turns its shuffling off", "remove it (shuffle_dataset=False for dataset order)"
+        ("random",),
+        "always",
+        "GRPO draws prompts with its own repeat sampler (num_generations copies per prompt); "
+        "shuffle_dataset turns its shuffling off",
+        "remove it (shuffle_dataset=False for dataset order)",
     ),
 }
 
@@ -222,26 +269,104 @@ HONOURED: dict[str, str] = {
     **{
         name: _TF
         for name in (
-            "output_dir", "eval_strategy", "per_device_train_batch_size", "per_device_eval_batch_size",
-            "gradient_accumulation_steps", "eval_delay", "torch_empty_cache_steps", "learning_rate", "weight_decay",
-            "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps",
-            "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "log_level", "log_level_replica",
-            "log_on_each_node", "logging_strategy", "logging_first_step", "logging_steps",
-            "logging_nan_inf_filter", "save_strategy", "save_steps", "save_total_limit", "save_on_each_node",
-            "save_only_model", "enable_jit_checkpoint", "use_cpu", "seed", "data_seed", "bf16", "fp16",
-            "bf16_full_eval", "fp16_full_eval", "tf32", "local_rank", "ddp_backend", "debug", "dataloader_drop_last",
-            "eval_steps", "dataloader_num_workers", "dataloader_prefetch_factor", "run_name", "disable_tqdm",
-            "remove_unused_columns", "load_best_model_at_end", "metric_for_best_model", "greater_is_better",
-            "ignore_data_skip", "fsdp", "fsdp_config", "accelerator_config", "parallelism_config", "deepspeed",
-            "optim", "optim_args", "report_to", "project", "trackio_space_id", "trackio_bucket_id",
-            "trackio_static_space_id", "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
-            "ddp_static_graph", "ddp_timeout", "dataloader_pin_memory", "dataloader_persistent_workers",
-            "dataloader_multiprocessing_context", "dataloader_in_order", "skip_memory_metrics", "push_to_hub",
-            "hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push", "hub_revision",
-            "gradient_checkpointing", "gradient_checkpointing_kwargs", "activation_checkpointing",
-            "activation_checkpointing_kwargs", "include_num_input_tokens_seen", "auto_find_batch_size",
-            "full_determinism", "torch_compile", "torch_compile_backend", "torch_compile_mode", "neftune_noise_alpha",
-            "optim_target_modules", "use_liger_kernel", "liger_kernel_config", "eval_on_start", "use_cache",
+            "output_dir",
+            "eval_strategy",
+            "per_device_train_batch_size",
+            "per_device_eval_batch_size",
+            "gradient_accumulation_steps",
+            "eval_delay",
+            "torch_empty_cache_steps",
+            "learning_rate",
+            "weight_decay",
+            "adam_beta1",
+            "adam_beta2",
+            "adam_epsilon",
+            "max_grad_norm",
+            "num_train_epochs",
+            "max_steps",
+            "lr_scheduler_type",
+            "lr_scheduler_kwargs",
+            "warmup_steps",
+            "log_level",
+            "log_level_replica",
+            "log_on_each_node",
+            "logging_strategy",
+            "logging_first_step",
+            "logging_steps",
+            "logging_nan_inf_filter",
+            "save_strategy",
+            "save_steps",
+            "save_total_limit",
+            "save_on_each_node",
+            "save_only_model",
+            "enable_jit_checkpoint",
+            "use_cpu",
+            "seed",
+            "data_seed",
+            "bf16",
+            "fp16",
+            "bf16_full_eval",
+            "fp16_full_eval",
+            "tf32",
+            "local_rank",
+            "ddp_backend",
+            "debug",
+            "dataloader_drop_last",
+            "eval_steps",
+            "dataloader_num_workers",
+            "dataloader_prefetch_factor",
+            "run_name",
+            "disable_tqdm",
+            "remove_unused_columns",
+            "load_best_model_at_end",
+            "metric_for_best_model",
+            "greater_is_better",
+            "ignore_data_skip",
+            "fsdp",
+            "fsdp_config",
+            "accelerator_config",
+            "parallelism_config",
+            "deepspeed",
+            "optim",
+            "optim_args",
+            "report_to",
+            "project",
+            "trackio_space_id",
+            "trackio_bucket_id",
+            "trackio_static_space_id",
+            "ddp_find_unused_parameters",
+            "ddp_bucket_cap_mb",
+            "ddp_broadcast_buffers",
+            "ddp_static_graph",
+            "ddp_timeout",
+            "dataloader_pin_memory",
+            "dataloader_persistent_workers",
+            "dataloader_multiprocessing_context",
+            "dataloader_in_order",
+            "skip_memory_metrics",
+            "push_to_hub",
+            "hub_model_id",
+            "hub_strategy",
+            "hub_token",
+            "hub_private_repo",
+            "hub_always_push",
+            "hub_revision",
+            "gradient_checkpointing",
+            "gradient_checkpointing_kwargs",
+            "activation_checkpointing",
+            "activation_checkpointing_kwargs",
+            "include_num_input_tokens_seen",
+            "auto_find_batch_size",
+            "full_determinism",
+            "torch_compile",
+            "torch_compile_backend",
+            "torch_compile_mode",
+            "neftune_noise_alpha",
+            "optim_target_modules",
+            "use_liger_kernel",
+            "liger_kernel_config",
+            "eval_on_start",
+            "use_cache",
             "restore_callback_states_from_checkpoint",
         )
     },
@@ -267,9 +392,12 @@ UNUSED: dict[str, str] = {
 
 
 def _is_neutral(value, neutral: tuple) -> bool:
-    return any(value is n or (type(value) is type(n) and value == n) or
-               (isinstance(n, float) and isinstance(value, (int, float)) and not isinstance(value, bool)
-                and value == n) for n in neutral)
+    return any(
+        value is n
+        or (type(value) is type(n) and value == n)
+        or (isinstance(n, float) and isinstance(value, (int, float)) and not isinstance(value, bool) and value == n)
+        for n in neutral
+    )
 
 
 def _refuse(name: str, value, refusal: Refusal, config=None) -> None:
@@ -304,7 +432,9 @@ def check_model_fields(args, is_diffusion: bool | None) -> None:
         refusals += [(n, r) for n, r in REFUSED.items() if r.when == "diffusion"] + list(REFUSED_DIFFUSION.items())
     refusals += [(n, r) for n, r in REFUSED.items() if r.when == "loss" and r.needs is not None]
     for name, refusal in refusals:
-        if refusal.when == "loss" and (args.loss_type not in refusal.losses or getattr(args, refusal.needs) is not True):
+        if refusal.when == "loss" and (
+            args.loss_type not in refusal.losses or getattr(args, refusal.needs) is not True
+        ):
             continue
         value = getattr(args, name)
         if not _is_neutral(value, refusal.neutral):

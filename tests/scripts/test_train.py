@@ -28,7 +28,11 @@ def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script, capsys):
     out = tmp_path / "out"
     assert [line.split()[1] for line in lines if line.startswith("step ")][-2:] == ["1/2", "2/2"]
     assert max(len(line) for line in lines) < 250 and "{'loss'" not in console
-    for label, path in (("model:", out), ("logs:", out / "train.log"), ("accuracy:", out / "accuracy_before_after.json")):
+    for label, path in (
+        ("model:", out),
+        ("logs:", out / "train.log"),
+        ("accuracy:", out / "accuracy_before_after.json"),
+    ):
         assert any(line.split()[:2] == [label, str(path)] for line in lines), (label, console)
         assert path.exists()
     before, after = results["before"]["accuracy"], results["after"]["accuracy"]
