@@ -355,7 +355,6 @@ HONOURED: dict[str, str] = {
             "gradient_checkpointing_kwargs",
             "activation_checkpointing",
             "activation_checkpointing_kwargs",
-            "include_num_input_tokens_seen",
             "auto_find_batch_size",
             "full_determinism",
             "torch_compile",
@@ -386,8 +385,10 @@ UNUSED: dict[str, str] = {
     "eval_use_gather_object": "GRPO evaluation gathers no predictions",
     "include_for_metrics": "GRPO takes no compute_metrics; evaluation logs the loss and the rollout metrics",
     "batch_eval_metrics": "GRPO takes no compute_metrics",
-    "average_tokens_across_devices": "GRPO's losses normalise themselves across devices (num_items_in_batch is "
-    "not passed to the model)",
+    "include_num_input_tokens_seen": "GRPO batches are prompt rows without input_ids: transformers counts nothing "
+    "(and says so); TRL logs the tokens seen itself (num_tokens)",
+    "average_tokens_across_devices": "GRPO batches carry no labels, so transformers counts no tokens to average; "
+    "GRPO's losses normalise themselves across devices",
 }
 
 
