@@ -28,7 +28,7 @@ ESTIMATOR_NAMES = ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "co
 CHANGED_GRPO_DEFAULTS = {
     "loss_type": ("dapo", "stable_drl", "the StableDRL objective is the point of this package"),
     "scale_rewards": ("group", "none", "advantages are mean-centred only, as the official StableDRL code"),
-    "temperature": (1.0, 0.9, "the official StableDRL rollout temperature"),
+    "temperature": (1.0, 0.9, "the official StableDRL rollout temperature; an autoregressive model keeps 1.0"),
     "max_completion_length": (
         512,
         256,
@@ -38,8 +38,7 @@ CHANGED_GRPO_DEFAULTS = {
 
 
 class _UnsetLength(int):
-    """The default `max_completion_length` (256), told apart from a user's 256: the trainer gives an autoregressive
-    model TRL's default (512) instead, since the shorter length only serves diffusion rollouts."""
+    """The default `max_completion_length` (256), told apart from a user's 256 (see `autoregressive_defaults`)."""
 
     def __repr__(self) -> str:
         return repr(int(self))
@@ -48,13 +47,29 @@ class _UnsetLength(int):
         return (_UnsetLength, (int(self),))
 
 
+class _UnsetTemperature(float):
+    """The default `temperature` (0.9), told apart from a user's 0.9 (see `autoregressive_defaults`)."""
+
+    def __repr__(self) -> str:
+        return repr(float(self))
+
+    def __reduce__(self):
+        return (_UnsetTemperature, (float(self),))
+
+
 DIFFUSION_COMPLETION_LENGTH = _UnsetLength(256)
-TRL_COMPLETION_LENGTH = 512  # GRPOConfig's default
+DIFFUSION_TEMPERATURE = _UnsetTemperature(0.9)
+# The official StableDRL rollout settings only serve diffusion rollouts: left unset, an autoregressive model gets
+# GRPOConfig's defaults instead. (loss_type and scale_rewards serve the objective, for every model.)
+_ROLLOUT_DEFAULTS = {"max_completion_length": (_UnsetLength, 512), "temperature": (_UnsetTemperature, 1.0)}
 
 
-def completion_length_is_default(config) -> bool:
-    """True when `max_completion_length` was left at its default (not set by the user, not even to 256)."""
-    return isinstance(config.max_completion_length, _UnsetLength)
+def autoregressive_defaults(config) -> dict:
+    """{field: GRPOConfig default} for each rollout field left at its diffusion default (not set by the user, not
+    even to the same value): what an autoregressive model uses instead."""
+    return {
+        name: trl for name, (marker, trl) in _ROLLOUT_DEFAULTS.items() if isinstance(getattr(config, name), marker)
+    }
 
 
 @dataclass
@@ -62,8 +77,8 @@ class StableDRLConfig(GRPOConfig):
     r"""Configuration for [`StableDRLTrainer`]: every [`trl.GRPOConfig`] field, plus the fields below.
 
     Changed GRPO defaults: `loss_type="stable_drl"` (was `"dapo"`), `scale_rewards="none"` (was `"group"`),
-    `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`; a diffusion LM only: an autoregressive
-    model keeps 512 unless the field is set). Every GRPOConfig field is honoured or refused where it cannot apply
+    `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`); the last two for a diffusion LM only:
+    left unset, an autoregressive model keeps TRL's values (`autoregressive_defaults`). Every GRPOConfig field is honoured or refused where it cannot apply
     (`trl_fields`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
@@ -102,7 +117,13 @@ class StableDRLConfig(GRPOConfig):
             "(the official StableDRL generation length) for a diffusion LM, TRL's 512 for an autoregressive model."
         },
     )
-    temperature: float = field(default=0.9, metadata={"help": "Sampling temperature for rollouts (0 = greedy)."})
+    temperature: float = field(
+        default=DIFFUSION_TEMPERATURE,
+        metadata={
+            "help": "Sampling temperature for rollouts (0 = greedy). Left unset: 0.9 (the official StableDRL rollout "
+            "temperature) for a diffusion LM, TRL's 1.0 for an autoregressive model."
+        },
+    )
     clip_c: float = field(
         default=5.0,
         metadata={"help": "stable_drl: upper clip C on the sequence importance weight, log w <- min(log w, log C)."},

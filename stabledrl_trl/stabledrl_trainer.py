@@ -46,10 +46,9 @@ from .objectives import (
 from .stabledrl_config import (
     GROUP_NORMALISED_LOSS_TYPES,
     OWN_LOSS_TYPES,
-    TRL_COMPLETION_LENGTH,
     StableDRLConfig,
+    autoregressive_defaults,
     check_diffusion_layout,
-    completion_length_is_default,
 )
 from .trl_fields import check_model_fields
 
@@ -284,9 +283,11 @@ class StableDRLTrainer(GRPOTrainer):
         _check_inputs_before_loading(model, args, kwargs)
         diffusion_before = _is_diffusion_before_loading(model, args)
         check_model_fields(args, diffusion_before)  # e.g. use_vllm: refused before TRL sets vLLM up
-        if diffusion_before is False and completion_length_is_default(args):
-            args = copy.copy(args)  # an autoregressive model keeps TRL's default length (256 only serves dLLMs)
-            args.max_completion_length = TRL_COMPLETION_LENGTH
+        trl_defaults = autoregressive_defaults(args) if diffusion_before is False else {}
+        if trl_defaults:  # an autoregressive model keeps TRL's rollout defaults (256 tokens, 0.9 serve dLLMs)
+            args = copy.copy(args)  # the caller's config is left as it was
+            for name, value in trl_defaults.items():
+                setattr(args, name, value)
         if reward_funcs is not None:
             funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
             reward_funcs = [

@@ -8,6 +8,7 @@ conditional; each field the package re-implements is tested for changing what it
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -236,8 +237,8 @@ def test_beta_with_an_explicit_fresh_mask_mode_is_refused(tmp_path):
 
 
 def test_autoregressive_model_keeps_trls_completion_length(tmp_path, tiny_llama):
-    """Left unset, max_completion_length is 256 for a diffusion LM and TRL's 512 for an autoregressive model; a
-    value the user sets (even 256) is kept."""
+    """Left unset, max_completion_length and temperature are 256 and 0.9 for a diffusion LM and TRL's 512 and 1.0
+    for an autoregressive model; a value the user sets (even 256 or 0.9) is kept."""
     base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                 per_device_train_batch_size=4, num_generations=4)  # fmt: skip
     unset = StableDRLConfig(**base)
@@ -246,11 +247,18 @@ def test_autoregressive_model_keeps_trls_completion_length(tmp_path, tiny_llama)
     ar = StableDRLTrainer(model=tiny_llama, args=unset, **kw)
     assert ar.max_completion_length == 512 and ar.args.max_completion_length == 512
     assert ar.generation_config.max_new_tokens == 512
-    assert unset.max_completion_length == 256  # the user's config object is left as it was
+    assert ar.temperature == ar.args.temperature == ar.generation_config.temperature == 1.0
+    assert unset.max_completion_length == 256 and unset.temperature == 0.9  # the caller's config is unchanged
     dlm = StableDRLTrainer(model=make_llada(), args=unset, **kw)
-    assert dlm.max_completion_length == 256
-    explicit = StableDRLTrainer(model=tiny_llama, args=StableDRLConfig(**base, max_completion_length=256), **kw)
-    assert explicit.max_completion_length == 256
+    assert dlm.max_completion_length == 256 and dlm.temperature == 0.9
+    by_path = tmp_path / "llama"
+    tiny_llama.save_pretrained(by_path)
+    assert StableDRLTrainer(model=str(by_path), args=unset, **kw).max_completion_length == 512
+    set_args = StableDRLConfig(**base, max_completion_length=256, temperature=0.9)
+    explicit = StableDRLTrainer(model=tiny_llama, args=set_args, **kw)
+    assert explicit.max_completion_length == 256 and explicit.temperature == 0.9
+    # the marker survives a round trip through the config's dict, and serialises as the plain number
+    assert json.loads(unset.to_json_string())["max_completion_length"] == 256
 
 
 def test_resume_from_checkpoint_field_is_read_by_train(tmp_path):
