@@ -46,3 +46,9 @@ def test_bert_for_masked_lm_trains_two_steps(tmp_path, as_path):
     # rollouts came from the masked-diffusion sampler: every completion fits the fixed canvas
     lengths = [h["completions/max_length"] for h in trainer.state.log_history if "completions/max_length" in h]
     assert lengths and max(lengths) <= 8
+    # saved and reloaded as the masked LM it is, with the trained weights
+    from transformers import AutoModelForMaskedLM
+
+    trainer.save_model(str(tmp_path / "saved"))
+    reloaded = dict(AutoModelForMaskedLM.from_pretrained(tmp_path / "saved").named_parameters())
+    assert all(torch.equal(reloaded[n], after[n].detach()) for n in changed)
