@@ -2,7 +2,7 @@
 
 transformers' Trainer prints every logged dict (dozens of metrics, lines over 1,000 characters) and datasets /
 transformers draw a progress bar for every map, load and save. `short_console(log_file)` keeps, on the console, one
-line per logged step (`ShortLogCallback`), warnings of this package and errors; the full record (every logged
+line per logged step (`ShortLogCallback`), warnings of this package and TRL, and errors; the full record (every logged
 dict as JSON, every warning of transformers, TRL, Python and this package) goes to `log_file`. Everything is
 restored on exit, so a script's `main()` can run several times in one process (tests).
 """
@@ -112,11 +112,12 @@ def short_console(log_file: str | None, short: bool = True, main_process: bool =
             added.append((logger, file_handler))
         root.setLevel(logging.INFO)
         hf_root.setLevel(logging.INFO)
-    console = logging.StreamHandler(sys.stderr)  # this package's warnings stay on the console
+    console = logging.StreamHandler(sys.stderr)  # this package's and TRL's warnings stay on the console
     console.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     console.setLevel(logging.WARNING)
-    package.addHandler(console)
-    added.append((package, console))
+    for logger in (package, logging.getLogger("trl")):
+        logger.addHandler(console)
+        added.append((logger, console))
     package.setLevel(logging.INFO)
     logging.captureWarnings(True)  # Python warnings go through logging: all to the file, the console ...
     shown = logging.StreamHandler(sys.stderr)  # ... shows those that are not deprecation notices, on one line
@@ -139,7 +140,7 @@ def short_console(log_file: str | None, short: bool = True, main_process: bool =
         logging.captureWarnings(False)
         for logger, handler in added:
             logger.removeHandler(handler)
-        for _, handler in added:
+        for handler in {id(h): h for _, h in added}.values():
             handler.close()
         root.setLevel(saved["root_level"])
         hf_root.setLevel(saved["hf_level"])
