@@ -23,7 +23,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import typing
+import warnings
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -83,6 +85,17 @@ class TrainScriptArguments:
     )
     eval_temperature: float | None = field(
         default=None, metadata={"help": "Sampling temperature of the evaluation; None uses the training one."}
+    )
+    console: str = field(
+        default="short",
+        metadata={
+            "help": "Console output: 'short' (one line per logged step, warnings, a final summary with the paths; "
+            "the full record goes to log_file) or 'full' (every log dict and progress bar, as transformers prints)."
+        },
+    )
+    log_file: str | None = field(
+        default=None,
+        metadata={"help": "Full log of the run (appended); None: train.log in output_dir."},
     )
 
     # --- task style: today's tagged prompts and rewards, or the official StableDRL ones -------------------------
@@ -161,6 +174,8 @@ class TrainScriptArguments:
                     "task: math"
                 )
         check_problem_filter(**self.problem_filter(), level_name="math_max_level")
+        if self.console not in ("short", "full"):
+            raise ValueError(f"console: expected 'short' or 'full', got {self.console!r}")
 
     def problem_filter(self) -> dict:
         """The MATH loader's filter options (`stabledrl_trl.tasks.math.filter_problems`) for the training split."""
@@ -327,6 +342,47 @@ def load_datasets(script_args, seed: int, needs_test: bool):
 
 
 def main(script_args=None, training_args=None, model_args=None, argv=None):
+    """Parse (unless given), train and evaluate; returns (trainer, results). With console 'short' the console shows
+    one line per logged step and a final summary; the full record goes to log_file (output_dir/train.log)."""
+    from stabledrl_trl.console import short_console
+
+    caught = []
+    if script_args is None:
+        with warnings.catch_warnings(record=True) as caught:  # shown (or logged) once the console is set up
+            warnings.simplefilter("default")
+            script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
+
+    log_file = script_args.log_file or os.path.join(training_args.output_dir, "train.log")
+    main_process = training_args.process_index == 0
+    with short_console(log_file, short=script_args.console == "short", main_process=main_process):
+        for w in caught:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        started = time.perf_counter()
+        trainer, results = _run(script_args, training_args, model_args)
+        if main_process:
+            print(summary_lines(training_args, results, log_file, time.perf_counter() - started), flush=True)
+    return trainer, results
+
+
+def summary_lines(training_args, results: dict, log_file: str, seconds: float) -> str:
+    """The final summary: where the model, the logs and the accuracy file are, and the before/after accuracy."""
+    out = training_args.output_dir
+    lines = [
+        f"Done in {seconds / 60:.1f} min.",
+        f"  model:    {out}  (load it after `import stabledrl_trl`; the model card README.md there shows how)",
+        f"  logs:     {log_file}  (everything, every logged metric)",
+        f"            {os.path.join(out, 'trainer_state.json')}  (metrics per step; scripts/plot.py draws them)",
+    ]
+    if "after" in results:
+        lines.append(f"  accuracy: {os.path.join(out, 'accuracy_before_after.json')}")
+        lines.append(
+            f"  held-out accuracy ({results['after']['n']} prompts, {results['after']['grading']} grading): "
+            f"before RL {results['before']['accuracy']:.4f} -> after RL {results['after']['accuracy']:.4f}"
+        )
+    return "\n".join(lines)
+
+
+def _run(script_args, training_args, model_args):
     import torch
     from transformers import AutoTokenizer
     from trl import get_peft_config
@@ -334,8 +390,6 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
     from stabledrl_trl import StableDRLTrainer
     from stabledrl_trl.tasks import get_task
 
-    if script_args is None:
-        script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
     check_script_args(script_args)  # before the SFT warm-up, not after it
     check_model_args(model_args)
     task = get_task(script_args.task)

@@ -374,6 +374,45 @@ def spg_sandwich(elbo: torch.Tensor, eubo: torch.Tensor, advantages: torch.Tenso
     return torch.where(advantages > 0, elbo, omega * eubo + (1.0 - omega) * elbo)
 
 
+def add_kl_penalty(
+    out: ObjectiveOutput,
+    per_token_logps: torch.Tensor,
+    ref_per_token_logps: torch.Tensor,
+    mask: torch.Tensor,
+    beta: float,
+    group_size: int,
+    old_per_token_logps: torch.Tensor | None = None,
+) -> tuple[ObjectiveOutput, torch.Tensor]:
+    """`out` plus TRL's KL penalty to a reference policy, on the objective's own units.
+
+        kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1        (k3 estimator, >= 0; TRL's GRPO KL)
+        kl_t <- kl_t * exp(logp_t - old_t)                         if old_per_token_logps is given (TRL's
+                                                                   use_bias_correction_kl)
+        token objectives: unit_t += beta * kl_t
+        group objectives: unit_g += beta * mean_{i in g} (sum_t kl_it m_it / sum_t m_it)
+
+    so with `aggregate_loss` the penalty is beta x the mean KL per token (dgpo, as TRL's `dapo`) or per sequence
+    averaged over groups (stable_drl, stable_drl_ratio). A non-finite kl_t counts as 0.
+    Shapes: per_token_logps, ref_per_token_logps, old_per_token_logps, mask (B, T). Returns the new output and the
+    per-token KL (B, T), detached, for logging. KL regularisation: arXiv 2402.03300 (GRPO), eq. 4.
+    """
+    log_ratio = ref_per_token_logps - per_token_logps  # (B, T)
+    kl = torch.exp(log_ratio) - log_ratio - 1.0  # (B, T)
+    if old_per_token_logps is not None:
+        kl = kl * torch.exp(per_token_logps - old_per_token_logps)
+    kl = torch.where(torch.isfinite(kl), kl, torch.zeros_like(kl))
+    if out.level == "token":
+        unit = out.unit_loss + beta * kl
+    elif out.level == "group":
+        _check_groups(kl.shape[0], group_size)
+        m = mask.to(kl.dtype)
+        seq_kl = (kl * m).sum(-1) / m.sum(-1).clamp(min=1.0)  # (B,)
+        unit = out.unit_loss + beta * seq_kl.view(-1, group_size).mean(-1)  # (G_n,)
+    else:
+        raise ValueError(f"Unknown loss level {out.level!r}.")
+    return ObjectiveOutput(unit, out.level, out.stats), kl.detach()
+
+
 def aggregate_loss(out: ObjectiveOutput, mask: torch.Tensor | None = None, normalizer: float | torch.Tensor = 1.0):
     """The one place that reduces per-unit losses to the scalar that is back-propagated.
 

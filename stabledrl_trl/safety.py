@@ -385,9 +385,9 @@ def check_fresh_output_dir(output_dir: str, overwrite: bool, is_main_process: bo
     if not overwrite:
         names = [os.path.basename(c) for c in checkpoints]
         raise ValueError(
-            f"output_dir={output_dir!r} already holds checkpoints of another run ({', '.join(names[-3:])}). Resume "
-            "it with resume_from_checkpoint=True, choose another output_dir, or set overwrite_output_dir=True "
-            "(deletes them)."
+            f"output_dir={output_dir!r} already holds checkpoints of another run ({', '.join(names[-3:])}). Fix: "
+            "resume it with resume_from_checkpoint=True, choose another output_dir, or delete those checkpoint-* "
+            "folders (StableDRLConfig's overwrite_output_dir=True deletes them for you; GRPOConfig has no such field)."
         )
     if is_main_process:
         for path in checkpoints:

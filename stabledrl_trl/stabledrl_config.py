@@ -39,9 +39,48 @@ SANDWICH_ESTIMATORS = ("block_random", "block_random_coupled")  # SPG's EUBO is 
 CHANGED_GRPO_DEFAULTS = {
     "loss_type": ("dapo", "stable_drl", "the StableDRL objective is the point of this package"),
     "scale_rewards": ("group", "none", "advantages are mean-centred only, as the official StableDRL code"),
-    "temperature": (1.0, 0.9, "the official StableDRL rollout temperature"),
-    "max_completion_length": (512, 256, "the official StableDRL generation length (for a dLLM, every rollout's)"),
+    "temperature": (1.0, 0.9, "the official StableDRL rollout temperature; an autoregressive model keeps 1.0"),
+    "max_completion_length": (
+        512,
+        256,
+        "the official StableDRL generation length (a diffusion LM's fixed canvas); an autoregressive model keeps 512",
+    ),
 }
+
+
+class _UnsetLength(int):
+    """The default `max_completion_length` (256), told apart from a user's 256 (see `autoregressive_defaults`)."""
+
+    def __repr__(self) -> str:
+        return repr(int(self))
+
+    def __reduce__(self):
+        return (_UnsetLength, (int(self),))
+
+
+class _UnsetTemperature(float):
+    """The default `temperature` (0.9), told apart from a user's 0.9 (see `autoregressive_defaults`)."""
+
+    def __repr__(self) -> str:
+        return repr(float(self))
+
+    def __reduce__(self):
+        return (_UnsetTemperature, (float(self),))
+
+
+DIFFUSION_COMPLETION_LENGTH = _UnsetLength(256)
+DIFFUSION_TEMPERATURE = _UnsetTemperature(0.9)
+# The official StableDRL rollout settings only serve diffusion rollouts: left unset, an autoregressive model gets
+# GRPOConfig's defaults instead. (loss_type and scale_rewards serve the objective, for every model.)
+_ROLLOUT_DEFAULTS = {"max_completion_length": (_UnsetLength, 512), "temperature": (_UnsetTemperature, 1.0)}
+
+
+def autoregressive_defaults(config) -> dict:
+    """{field: GRPOConfig default} for each rollout field left at its diffusion default (not set by the user, not
+    even to the same value): what an autoregressive model uses instead."""
+    return {
+        name: trl for name, (marker, trl) in _ROLLOUT_DEFAULTS.items() if isinstance(getattr(config, name), marker)
+    }
 
 
 @dataclass
@@ -49,7 +88,9 @@ class StableDRLConfig(GRPOConfig):
     r"""Configuration for [`StableDRLTrainer`]: every [`trl.GRPOConfig`] field, plus the fields below.
 
     Changed GRPO defaults: `loss_type="stable_drl"` (was `"dapo"`), `scale_rewards="none"` (was `"group"`),
-    `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`).
+    `temperature=0.9` (was `1.0`), `max_completion_length=256` (was `512`); the last two for a diffusion LM only:
+    left unset, an autoregressive model keeps TRL's values (`autoregressive_defaults`). Every GRPOConfig field is honoured or refused where it cannot apply
+    (`trl_fields`).
 
     For a diffusion LM, `max_completion_length` is the generation length: every rollout has exactly that many
     positions, decoded in `diffusion_steps` denoising steps, by LLaDA's sampler in blocks of `block_length` or by
@@ -81,10 +122,19 @@ class StableDRLConfig(GRPOConfig):
         metadata={"help": "Advantage scaling, as in GRPOConfig: 'none' (mean-centred, default), 'group', 'batch'."},
     )
     max_completion_length: int | None = field(
-        default=256,
-        metadata={"help": "Maximum completion length; for a diffusion LM, the fixed generation length."},
+        default=DIFFUSION_COMPLETION_LENGTH,
+        metadata={
+            "help": "Maximum completion length; for a diffusion LM, the fixed generation length. Left unset: 256 "
+            "(the official StableDRL generation length) for a diffusion LM, TRL's 512 for an autoregressive model."
+        },
     )
-    temperature: float = field(default=0.9, metadata={"help": "Sampling temperature for rollouts (0 = greedy)."})
+    temperature: float = field(
+        default=DIFFUSION_TEMPERATURE,
+        metadata={
+            "help": "Sampling temperature for rollouts (0 = greedy). Left unset: 0.9 (the official StableDRL rollout "
+            "temperature) for a diffusion LM, TRL's 1.0 for an autoregressive model."
+        },
+    )
     clip_c: float = field(
         default=5.0,
         metadata={"help": "stable_drl: upper clip C on the sequence importance weight, log w <- min(log w, log C)."},
@@ -461,12 +511,10 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
-        if self.loss_type in OWN_LOSS_TYPES and self.beta != 0.0:
-            raise ValueError(
-                f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the official StableDRL recipe uses "
-                "none). Set beta=0.0, or use one of TRL's loss types (e.g. 'grpo') for a KL-regularised baseline."
-            )
         self._check_ratio_pairing()
+        from .trl_fields import check_config_fields
+
+        check_config_fields(self)  # GRPOConfig fields that cannot apply to this loss type (trl_fields.REFUSED)
 
     @property
     def num_mc_samples(self) -> int:

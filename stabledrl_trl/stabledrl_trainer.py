@@ -8,6 +8,8 @@ log-probabilities and only gains the new objectives.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import errno
 import functools
 import logging
@@ -36,6 +38,7 @@ from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
     SEQUENCE_INPUT,
+    add_kl_penalty,
     aggregate_loss,
     dgpo_loss,
     equal_reward_groups,
@@ -50,8 +53,10 @@ from .stabledrl_config import (
     GROUP_NORMALISED_LOSS_TYPES,
     OWN_LOSS_TYPES,
     StableDRLConfig,
+    autoregressive_defaults,
     check_diffusion_layout,
 )
+from .trl_fields import check_model_fields
 from .validation import short_repr
 
 logger = logging.getLogger(__name__)
@@ -191,26 +196,60 @@ def _wrap_reward_func(func):
 
 def check_diffusion_setup(args: StableDRLConfig, family) -> None:
     """Diffusion-only checks, run once the model's family is known: LLaDA's block layout where LLaDA's sampler runs,
-    and TRL sampling options no diffusion sampler implements (refused rather than silently ignored). `top_k` /
+    TRL sampling options no diffusion sampler implements are refused by `trl_fields.check_model_fields`. `top_k` /
     `top_p` are read by every diffusion sampler; what a family's sampler would ignore is `family.check`'s business."""
     sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else None
     if args.max_completion_length is None:
         check_diffusion_layout(None, args.block_length, args.diffusion_steps)  # raises: a dLLM needs a length
     if sampler == "llada":
         check_diffusion_layout(args.max_completion_length, args.block_length, args.diffusion_steps)
-    unsupported = {
-        "min_p": (args.min_p, None),
-        "repetition_penalty": (args.repetition_penalty, 1.0),
-        "generation_kwargs": (args.generation_kwargs, None),
-    }
-    for name, (value, neutral) in unsupported.items():
-        if value != neutral and not (name == "generation_kwargs" and value == {}):
-            raise ValueError(
-                f"{name}={value!r} is a TRL option of autoregressive generation; the masked-diffusion samplers have "
-                f"no equivalent, so it would be silently ignored. Remove it (leave {name}={neutral!r}); the diffusion "
-                "samplers read temperature, top_k / top_p, block_length, diffusion_steps, remasking "
-                "and cfg_scale (LLaDA)."
-            )
+
+
+def _is_diffusion_before_loading(model, args: StableDRLConfig) -> bool | None:
+    """Whether the model is a masked-diffusion LM, known before TRL loads it: `diffusion` if set, the family of a
+    model object, or the model_type / architecture of a local or hub config. None when it cannot be told."""
+    if args.diffusion is not None:
+        return bool(args.diffusion)
+    if not isinstance(model, str):
+        return detect_family(model) is not None
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model, trust_remote_code=args.trust_remote_code)
+    except Exception:  # TRL's own loading reports the problem
+        return None
+    if str(getattr(config, "model_type", "")).lower() in ("llada", "dream", "sdar"):
+        return True
+    architectures = getattr(config, "architectures", None) or []
+    return bool(architectures) and architectures[0].endswith("ForMaskedLM") and not config.is_encoder_decoder
+
+
+def _ensure_generation_config(model) -> None:
+    """A masked LM (e.g. `BertForMaskedLM`) has no `generation_config` in transformers 5; TRL writes the pad id
+    into it. Give it one built from the model config (the masked-diffusion samplers never read it)."""
+    if getattr(model, "generation_config", None) is None and hasattr(model, "config"):
+        from transformers import GenerationConfig
+
+        model.generation_config = GenerationConfig.from_model_config(model.config)
+
+
+@contextlib.contextmanager
+def _generation_config_on_load():
+    """While TRL builds the trainer, models it loads from a path get a `generation_config` if they lack one."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    original = grpo_module.create_model_from_path
+
+    def create(*a, **k):
+        model = original(*a, **k)
+        _ensure_generation_config(model)
+        return model
+
+    grpo_module.create_model_from_path = create
+    try:
+        yield
+    finally:
+        grpo_module.create_model_from_path = original
 
 
 def _check_vocabulary(model, processing_class) -> None:
@@ -368,12 +407,22 @@ class StableDRLTrainer(GRPOTrainer):
                 )
             raise TypeError(f"args must be a StableDRLConfig, got {type(args).__name__}.")
         _check_inputs_before_loading(model, args, kwargs)
+        diffusion_before = _is_diffusion_before_loading(model, args)
+        check_model_fields(args, diffusion_before)  # e.g. use_vllm: refused before TRL sets vLLM up
+        trl_defaults = autoregressive_defaults(args) if diffusion_before is False else {}
+        if trl_defaults:  # an autoregressive model keeps TRL's rollout defaults (256 tokens, 0.9 serve dLLMs)
+            args = copy.copy(args)  # the caller's config is left as it was
+            for name, value in trl_defaults.items():
+                setattr(args, name, value)
         if reward_funcs is not None:
             funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
             reward_funcs = [
                 f if isinstance(f, str) or isinstance(f, torch.nn.Module) else _wrap_reward_func(f) for f in funcs
             ]
-        super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        if not isinstance(model, str):
+            _ensure_generation_config(model)
+        with _generation_config_on_load():
+            super().__init__(model, reward_funcs, args, *pos, **kwargs)
 
         unwrapped = self.accelerator.unwrap_model(self.model)
         family = detect_family(unwrapped)
@@ -391,10 +440,14 @@ class StableDRLTrainer(GRPOTrainer):
         if self._family_impl is not None:
             self._family_impl.check(args, unwrapped)  # e.g. dream_alg with LLaDA's sampler, remasking with Dream's
         self._dlm = None
-        if self.is_diffusion and (args.use_vllm or args.use_transformers_continuous_batching):
+        check_model_fields(args, self.is_diffusion)
+        if self.aux_loss_enabled and (self.is_diffusion or self.loss_type in OWN_LOSS_TYPES):
+            where = "a diffusion LM's estimator" if self.is_diffusion else f"loss_type={self.loss_type!r}"
             raise ValueError(
-                "use_vllm / use_transformers_continuous_batching generate autoregressively and cannot decode a masked "
-                "diffusion model; set both to False (rollouts then use the masked-diffusion sampler)."
+                f"router_aux_loss_coef={self.router_aux_loss_coef}: {type(unwrapped).__name__} is a mixture-of-experts "
+                f"model, but {where} does not add the router auxiliary loss, so it would be silently ignored. Fix: "
+                "set router_aux_loss_coef=0.0 (no auxiliary loss), or train with a TRL loss type on an "
+                "autoregressive model."
             )
         if self.is_diffusion:
             check_diffusion_setup(args, self._family_impl)
@@ -559,6 +612,8 @@ class StableDRLTrainer(GRPOTrainer):
 
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         """`Trainer.train`, with the output folder and the checkpoint to resume checked first (see `safety`)."""
+        if resume_from_checkpoint is None:  # GRPOConfig's field (transformers' Trainer leaves it to scripts)
+            resume_from_checkpoint = self.args.resume_from_checkpoint
         resume = safety.resolve_resume(
             resume_from_checkpoint, self.args.output_dir, needs_optimizer=not self.args.save_only_model
         )
@@ -1181,6 +1236,7 @@ class StableDRLTrainer(GRPOTrainer):
             out = stable_drl_loss(
                 seq, seq_mean(old), advantages, g, clip_c=self.args.clip_c, objective_logps=objective
             )
+            out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
             loss = aggregate_loss(out, normalizer=groups_here * accumulation)
         elif self.loss_type == "stable_drl_ratio":
             # (B,) log of the sequence ratio: L_theta - L_old (form "mean") or the sum of per-token log-ratios
@@ -1188,6 +1244,7 @@ class StableDRLTrainer(GRPOTrainer):
             if self.args.stable_drl_ratio_form == "mean":
                 seq_log_ratio = seq_log_ratio / n_tok
             out = stable_drl_ratio_loss(seq_log_ratio, advantages, g, epsilon=self.epsilon_low)
+            out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
             loss = aggregate_loss(out, normalizer=groups_here * accumulation)
         else:  # dgpo: token-mean over the accumulation window, as TRL's `dapo`
             out = dgpo_loss(
@@ -1200,6 +1257,7 @@ class StableDRLTrainer(GRPOTrainer):
                 n=self.args.dgpo_n,
                 m=self.args.dgpo_m,
             )
+            out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
             normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if mode == "train":
                 normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
@@ -1208,6 +1266,25 @@ class StableDRLTrainer(GRPOTrainer):
         applied = out.stats["applied_weight"]
         self._log_applied_weights(mode, applied, advantages, mask if applied.dim() == 2 else None)
         return loss
+
+    def _add_kl(self, out, inputs, per_token_logps, old, mask, group_size, mode):
+        """beta != 0: TRL's KL penalty to the reference policy on the objective's units (`add_kl_penalty`); the
+        reference log-probs are TRL's (`ref_per_token_logps`, scored on the same masks in mask_seed_mode='shared')."""
+        if self.beta == 0.0:
+            return out
+        out, kl = add_kl_penalty(
+            out,
+            per_token_logps,
+            inputs["ref_per_token_logps"],
+            mask,
+            self.beta,
+            group_size,
+            old_per_token_logps=old if self.args.use_bias_correction_kl else None,
+        )
+        local = torch.stack([(kl * mask).sum(), mask.sum().to(kl.dtype)])
+        totals = self.accelerator.reduce(local, reduction="sum")
+        self._metrics[mode]["kl"].append(float(totals[0] / totals[1].clamp(min=1.0)))
+        return out
 
     def _log_objective_stats(self, mode, stats, entropies, mask):
         m = self._metrics[mode]

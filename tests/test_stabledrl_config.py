@@ -105,7 +105,6 @@ def test_every_new_field_is_documented():
             dict(per_device_train_batch_size=6, num_generations=4),
             ["per_device_train_batch_size", "6", "multiple of 4"],
         ),
-        (dict(loss_type="dgpo", beta=0.04), ["beta", "0.04"]),
         (dict(rollout_cache="full"), ["rollout_cache", "full", "prefix", "dual"]),
         (dict(parallel_threshold=1.0), ["parallel_threshold", "1.0", "0.9"]),
         (dict(parallel_threshold=0.0), ["parallel_threshold", "0.0"]),

@@ -8,7 +8,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script):
+def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script, capsys):
     train = load_script("train")
     argv = [
         "--config", os.path.join(ROOT, "configs", "tiny.yaml"),
@@ -24,6 +24,25 @@ def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script):
     state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2]
     assert trainer.is_diffusion and trainer.args.loss_type == "stable_drl"
+    # the console: short lines, one per logged step, and a summary with the paths and the before/after accuracy
+    console = capsys.readouterr().out
+    lines = console.splitlines()
+    out = tmp_path / "out"
+    assert [line.split()[1] for line in lines if line.startswith("step ")][-2:] == ["1/2", "2/2"]
+    assert max(len(line) for line in lines) < 250 and "{'loss'" not in console
+    for label, path in (
+        ("model:", out),
+        ("logs:", out / "train.log"),
+        ("accuracy:", out / "accuracy_before_after.json"),
+    ):
+        assert any(line.split()[:2] == [label, str(path)] for line in lines), (label, console)
+        assert path.exists()
+    before, after = results["before"]["accuracy"], results["after"]["accuracy"]
+    assert f"before RL {before:.4f} -> after RL {after:.4f}" in lines[-1]
+    # the full record: every logged dict, as JSON, in the log file
+    logged = [json.loads(line.split("stabledrl_trl.run: ", 1)[1]) for line in
+              (out / "train.log").read_text().splitlines() if "stabledrl_trl.run: {" in line]  # fmt: skip
+    assert [h["step"] for h in logged if "reward" in h] == [1, 2] and "stabledrl/clip_frac" in logged[-2]
     cached = list((tmp_path / "cache").iterdir())
     assert len(cached) == 1  # the SFT warm-up is cached: a second run reuses it
     mtime = os.path.getmtime(cached[0])
