@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
+from transformers.modeling_utils import slice_logits_to_keep
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MLP, DeepseekV3RMSNorm
@@ -502,7 +503,7 @@ class LLaDA2MoeModelLM(LLaDA2MoePreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        logits_to_keep: int = 0,
+        logits_to_keep: int | torch.Tensor = 0,
         output_router_logits: bool | None = None,
         **kwargs,
     ) -> MoeCausalLMOutputWithPast:
@@ -517,9 +518,7 @@ class LLaDA2MoeModelLM(LLaDA2MoePreTrainedModel):
             output_router_logits=output_router_logits,
             **kwargs,
         )
-        hidden = out.last_hidden_state
-        if logits_to_keep:
-            hidden = hidden[:, -logits_to_keep:]
+        hidden = slice_logits_to_keep(out.last_hidden_state, logits_to_keep)  # int: the last n; tensor: those positions
         logits = self.lm_head(hidden).float()  # (B, L, V)
         loss = None
         if labels is not None:
