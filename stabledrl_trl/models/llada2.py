@@ -47,7 +47,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
@@ -466,11 +466,12 @@ class LLaDA2MoeModel(LLaDA2MoePreTrainedModel):
         )
 
 
-class LLaDA2MoeModelLM(LLaDA2MoePreTrainedModel):
+class LLaDA2MoeModelLM(LLaDA2MoePreTrainedModel, GenerationMixin):
     """LLaDA2 with its output head; `logits[:, i]` predicts token i (no shift); logits are float32.
 
     The class name is the one LLaDA2's hub checkpoints list under `architectures`; it is registered for AutoModel and
-    AutoModelForCausalLM under model_type "llada2_moe".
+    AutoModelForCausalLM under model_type "llada2_moe". (`GenerationMixin` gives it the `generation_config` that TRL
+    and transformers read; left-to-right `generate` itself is refused.)
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.word_embeddings.weight"}
