@@ -49,7 +49,13 @@ TINY_SFT_MODEL = {"d_model": 128, "n_heads": 4, "n_kv_heads": 4, "n_layers": 4, 
 # The tiny SDAR (block diffusion, block 4) of the embedded block-diffusion default, the same size.
 TINY_SFT_SDAR_MODEL = {"hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32,
                        "num_hidden_layers": 4, "intermediate_size": 256}  # fmt: skip
-TINY_ARCHITECTURES = ("llada", "sdar")
+# The tiny LLaDA2 (MoE block diffusion, block 4) of configs/tiny_moe.yaml: the same width, a dense first layer and
+# 3 MoE layers of 8 routed experts (2 per token from 1 of 2 groups) plus one shared expert.
+TINY_SFT_LLADA2_MODEL = {"hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32,
+                         "num_hidden_layers": 4, "intermediate_size": 256, "moe_intermediate_size": 64,
+                         "num_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1}  # fmt: skip
+TINY_ARCHITECTURES = ("llada", "sdar", "llada2")
+TINY_BASE_MODELS = {"llada": TINY_SFT_MODEL, "sdar": TINY_SFT_SDAR_MODEL, "llada2": TINY_SFT_LLADA2_MODEL}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -277,6 +283,15 @@ class MaskedDiffusionSFTTrainer(Trainer):
             self._mask_generator.manual_seed(self.args.seed + self.args.process_index)
         return self._mask_generator
 
+    @staticmethod
+    def _block_diffusion(model) -> bool:
+        """True for a model whose diffusion family attends block-causally (SDAR, LLaDA2)."""
+        from .diffusion.adapter import detect_family
+        from .diffusion.family import BlockDiffusionFamily, get_family
+
+        family = detect_family(model)
+        return family is not None and isinstance(get_family(family), BlockDiffusionFamily)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         input_ids = inputs["input_ids"]  # (B, L)
         attention_mask = inputs["attention_mask"]  # (B, L)
@@ -284,7 +299,7 @@ class MaskedDiffusionSFTTrainer(Trainer):
         masked, t = sample_completion_masks(completion_mask, self._generator_for(input_ids.device), self.args.mask_eps)
         noisy_ids = torch.where(masked, torch.full_like(input_ids, self.mask_token_id), input_ids)  # (B, L)
         config = getattr(getattr(model, "module", model), "config", None)
-        if getattr(config, "model_type", None) == "sdar":
+        if self._block_diffusion(model):
             from .diffusion.block_estimators import StaircaseLogits
 
             # block diffusion: each block denoised given the clean blocks before it ([noisy || clean] in one pass)
@@ -304,16 +319,16 @@ class MaskedDiffusionSFTTrainer(Trainer):
 
 
 def build_tiny_model(tokenizer, seed: int = 0, architecture: str = "llada", **config_overrides):
-    """A freshly initialised tiny LLaDA (`tiny_llada_config_dict`) or SDAR (`tiny_sdar_config_dict`, architecture
-    "sdar") with the overrides, sized to `tokenizer`.
+    """A freshly initialised tiny LLaDA (`tiny_llada_config_dict`), SDAR (`tiny_sdar_config_dict`, architecture
+    "sdar") or LLaDA2 (`tiny_llada2_config_dict`, architecture "llada2") with the overrides, sized to `tokenizer`.
 
     Initialised from `seed` inside `torch.random.fork_rng`, so the global RNG state is left untouched. The vocabulary,
     mask, EOS and pad ids come from the tokenizer unless overridden.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from . import models  # noqa: F401  (registers model_types "llada" and "sdar")
-    from .tiny import tiny_llada_config_dict, tiny_sdar_config_dict
+    from . import models  # noqa: F401  (registers model_types "llada", "sdar" and "llada2_moe")
+    from .tiny import tiny_llada2_config_dict, tiny_llada_config_dict, tiny_sdar_config_dict
 
     if architecture not in TINY_ARCHITECTURES:
         raise ValueError(f"architecture={architecture!r}: choose one of {list(TINY_ARCHITECTURES)}.")
@@ -328,6 +343,8 @@ def build_tiny_model(tokenizer, seed: int = 0, architecture: str = "llada", **co
     if architecture == "llada":
         defaults["embedding_size"] = len(tokenizer)
         config_dict = tiny_llada_config_dict(**{**defaults, **config_overrides})
+    elif architecture == "llada2":
+        config_dict = tiny_llada2_config_dict(**{**defaults, **config_overrides})
     else:
         defaults["bos_token_id"] = defaults["eos_token_id"]
         config_dict = tiny_sdar_config_dict(**{**defaults, **config_overrides})
@@ -384,7 +401,8 @@ def prepare_sft_model(
     moved into place when complete (with `sft_settings.json` recording the settings), so an interrupted run is never
     mistaken for a finished one. A second call with the same settings returns at once. The tokenizer is the tiny
     char-level one (`stabledrl_trl.tiny.build_tiny_tokenizer`).
-    architecture: "llada" (TINY_SFT_MODEL) or "sdar" (block diffusion, TINY_SFT_SDAR_MODEL).
+    architecture: "llada" (TINY_SFT_MODEL), "sdar" (block diffusion, TINY_SFT_SDAR_MODEL) or "llada2" (MoE block
+    diffusion, TINY_SFT_LLADA2_MODEL).
     training_kwargs: further `MaskedDiffusionSFTConfig` fields (e.g. warmup_steps, weight_decay); they are part of
     the cache key.
 
@@ -399,7 +417,7 @@ def prepare_sft_model(
 
     if architecture not in TINY_ARCHITECTURES:
         raise ValueError(f"tiny_architecture={architecture!r}: choose one of {list(TINY_ARCHITECTURES)}.")
-    base_model = TINY_SFT_MODEL if architecture == "llada" else TINY_SFT_SDAR_MODEL
+    base_model = TINY_BASE_MODELS[architecture]
     model_config = {**base_model, **(model_overrides or {})}
     settings = {
         "task": task,
