@@ -187,8 +187,13 @@ def make_llada2(seed=0, **overrides):
         return AutoModelForCausalLM.from_config(config)
 
 
-LLADA2_RUNS = [("stable_drl", "fresh", {}), ("stable_drl", "shared", {}), ("stable_drl_ratio", "fresh", {}),
-               ("dgpo", "shared", {}), ("grpo", "fresh", {"importance_sampling_level": "sequence"})]
+LLADA2_RUNS = [
+    ("stable_drl", "fresh", {}),
+    ("stable_drl", "shared", {}),
+    ("stable_drl_ratio", "fresh", {}),
+    ("dgpo", "shared", {}),
+    ("grpo", "fresh", {"importance_sampling_level": "sequence"}),
+]
 LLADA2_RUNS += [(loss, "shared", {}) for loss in TRL_LOSS_TYPES]  # fmt: skip
 
 

@@ -364,7 +364,11 @@ def block_generate(
                 logits[..., mask_token_id] = float("-inf")
             if row_generators is not None:
                 tokens, confidence = sample_candidates_multinomial(
-                    logits, [row_generators[int(r)] for r in rows], float(temperature), top_k, float(top_p),
+                    logits,
+                    [row_generators[int(r)] for r in rows],
+                    float(temperature),
+                    top_k,
+                    float(top_p),
                     active=masked.any(-1),
                 )
             else:

@@ -5,8 +5,8 @@ Importing this package registers them with transformers' Auto classes (model typ
 """
 
 from .dream import DreamBaseModel, DreamConfig, DreamModel, register_dream
-from .llada2 import LLaDA2MoeConfig, LLaDA2MoeModel, LLaDA2MoeModelLM, register_llada2
 from .llada import LLaDAConfig, LLaDAModel, LLaDAModelLM, register_llada
+from .llada2 import LLaDA2MoeConfig, LLaDA2MoeModel, LLaDA2MoeModelLM, register_llada2
 from .sdar import SDARConfig, SDARForCausalLM, SDARModel, register_sdar
 
 register_llada()

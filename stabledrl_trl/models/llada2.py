@@ -48,9 +48,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
-from transformers.modeling_utils import slice_logits_to_keep
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
+from transformers.modeling_utils import slice_logits_to_keep
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MLP, DeepseekV3RMSNorm
 
 from .bidirectional import padding_position_ids
@@ -157,7 +157,9 @@ class LLaDA2MoeConfig(PreTrainedConfig):
                 f"num_key_value_heads={self.num_key_value_heads}."
             )
         if self.num_experts % self.n_group:
-            raise ValueError(f"LLaDA2 config num_experts={self.num_experts} must be a multiple of n_group={self.n_group}.")
+            raise ValueError(
+                f"LLaDA2 config num_experts={self.num_experts} must be a multiple of n_group={self.n_group}."
+            )
         per_group = self.num_experts // self.n_group
         if self.topk_group > self.n_group or self.num_experts_per_tok > self.topk_group * per_group or per_group < 2:
             raise ValueError(
@@ -519,14 +521,14 @@ class LLaDA2MoeModelLM(LLaDA2MoePreTrainedModel, GenerationMixin):
             output_router_logits=output_router_logits,
             **kwargs,
         )
-        hidden = slice_logits_to_keep(out.last_hidden_state, logits_to_keep)  # int: the last n; tensor: those positions
+        hidden = slice_logits_to_keep(
+            out.last_hidden_state, logits_to_keep
+        )  # int: the last n; tensor: those positions
         logits = self.lm_head(hidden).float()  # (B, L, V)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten().to(logits.device), ignore_index=-100)
-        return MoeCausalLMOutputWithPast(
-            loss=loss, logits=logits, cache=out.cache, router_logits=out.router_logits
-        )
+        return MoeCausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache, router_logits=out.router_logits)
 
     def generate(self, *args, **kwargs):
         raise NotImplementedError(

@@ -147,8 +147,14 @@ def test_family_generates_with_llada2_rules(ref, model):
     assert out.completion_ids[0, :n].tolist() == recorded_answer(ref, "gen_greedy_b4s2_p0")
     args.temperature = 1.0
     draws = [
-        family.generate(lm, prompt, torch.ones_like(prompt), args, eos_token_ids=(EOS,),
-                        generator=torch.Generator().manual_seed(seed)).completion_ids  # fmt: skip
+        family.generate(
+            lm,
+            prompt,
+            torch.ones_like(prompt),
+            args,
+            eos_token_ids=(EOS,),
+            generator=torch.Generator().manual_seed(seed),
+        ).completion_ids  # fmt: skip
         for seed in (0, 0, 1)
     ]
     assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], draws[2])
