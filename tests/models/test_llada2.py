@@ -208,3 +208,22 @@ def test_config_rejects_behaviour_it_does_not_compute():
         LLaDA2MoeConfig(block_size=0)
     with pytest.raises(ValueError, match="mask_token_id=200"):
         LLaDA2MoeConfig(vocab_size=128, mask_token_id=200)
+
+
+def test_every_recorded_generate_step_logit(ref):
+    """The block logits LLaDA2's generate saw at each step = a block-causal forward of the canvas before that step,
+    cut at the step's window (the original recomputes the window each step)."""
+    meta = json.loads((FIXTURE / "reference.json").read_text())["gen"]
+    model = load()
+    runs = [run for run, info in meta.items() if info["logits_saved"]]
+    assert len(runs) >= 10
+    for run in runs:
+        block = meta[run]["kwargs"]["block_length"]
+        model.config.block_size = block
+        prompt, canvas, windows = ref[f"gen_prompt{run[-1]}"], ref[f"{run}_canvas"], ref[f"{run}_window"]
+        start = torch.cat([prompt, torch.full((canvas.shape[1] - len(prompt),), 123)])
+        before = torch.cat([start[None], canvas[:-1]])  # (S, T): the canvas each step's forward read
+        for step, end in enumerate(windows.tolist()):
+            with torch.no_grad():
+                logits = model(input_ids=before[step, :end][None]).logits[0, -block:]
+            torch.testing.assert_close(logits, ref[f"{run}_logits"][step], atol=ATOL, rtol=0)
