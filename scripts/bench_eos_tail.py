@@ -5,8 +5,8 @@
 
 A diffusion rollout is a fixed canvas of `max_completion_length` positions; after the first EOS the estimator
 shows the rest either as visible EOS tokens ("visible", as the sampler saw them) or as mask tokens ("masked", the
-official StableDRL code, which also attends the prompt's left padding and masks it like prompt tokens). The scored
-tokens, their masks (same per-row seeds) and the weights are identical; only what the model sees differs.
+official StableDRL code); the prompt's left padding is hidden in both. The scored tokens, their masks (same per-row
+seeds) and the weights are identical; only what the model sees differs.
 
 Rollouts are sampled from the SFT warm-up of `configs/tiny.yaml` (cached in `--sft-cache-dir`) and from the same
 architecture at random initialisation; for each, the block-random ELBO (per-token mean, as StableDRL) is computed

@@ -153,14 +153,7 @@ def sampler_settings(args: EvaluateArguments) -> dict:
     """Explicit flag > the training YAML's value > StableDRLConfig's default, for every sampler setting."""
     from stabledrl_trl.stabledrl_config import StableDRLConfig
 
-    training = {}
-    if args.training_config is not None:
-        import yaml
-
-        with open(args.training_config) as f:
-            training = yaml.safe_load(f) or {}
-        if not isinstance(training, dict):
-            raise ValueError(f"training_config: {args.training_config!r} does not hold a YAML mapping.")
+    training = load_training_config(args.training_config)
     defaults = StableDRLConfig.__dataclass_fields__
     settings = {}
     for name, training_key in SAMPLER_FROM_TRAINING.items():
@@ -174,18 +167,86 @@ def sampler_settings(args: EvaluateArguments) -> dict:
     settings["block_length"], settings["steps"] = resolve_diffusion_layout(
         settings["gen_length"], settings["block_length"], settings["steps"]
     )
+    check_sampler_settings(settings)
     return settings
+
+
+def check_sampler_settings(settings: dict) -> None:
+    """The sampler settings are checked as training checks them: a StableDRLConfig is built from them, and its
+    error is reported with this script's setting name (and the training field it maps to)."""
+    import tempfile
+    import warnings
+
+    from stabledrl_trl.stabledrl_config import StableDRLConfig
+
+    fields = {SAMPLER_FROM_TRAINING[name]: value for name, value in settings.items()}
+    fields["top_k"] = fields["top_k"] or 0
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. temperature 0 with several generations: fine for an evaluation
+        try:
+            StableDRLConfig(
+                output_dir=folder, report_to="none", use_cpu=True, bf16=False, mask_seed_mode="fresh", **fields
+            )
+        except (ValueError, TypeError) as error:
+            renamed = ", ".join(f"--{n} is {k}" for n, k in SAMPLER_FROM_TRAINING.items() if n != k)
+            raise type(error)(
+                f"sampler settings (a flag, else --training_config, else the default): {error} "
+                f"(training field names; here {renamed})"
+            ) from None
+
+
+def load_training_config(path: str | None) -> dict:
+    """The training YAML given with --training_config, checked as scripts/train.py checks it: duplicate keys and
+    alias bombs refused, and every key must be a field of training's dataclasses (a misspelt key would silently
+    leave its setting at the default)."""
+    if path is None:
+        return {}
+    import dataclasses
+
+    from stabledrl_trl.safety import suggest_fields
+    from stabledrl_trl.validation import load_yaml_checked
+
+    training = load_yaml_checked(path) or {}
+    if not isinstance(training, dict):
+        raise ValueError(f"training_config: {path!r} does not hold a YAML mapping.")
+    known = [f.name for t in _training_dataclasses() for f in dataclasses.fields(t)] + ["env"]
+    unknown = [str(k) for k in training if k not in known]
+    if unknown:
+        raise ValueError(
+            suggest_fields(
+                f"training_config {path!r}: unknown key(s): {', '.join('--' + k for k in unknown)} (not a field of "
+                "scripts/train.py's TrainScriptArguments, StableDRLConfig or ModelConfig)",
+                known,
+            )
+        )
+    return training
+
+
+def _training_dataclasses() -> tuple:
+    """scripts/train.py's three dataclasses (its script arguments, StableDRLConfig, TRL's ModelConfig)."""
+    import importlib.util
+
+    from trl import ModelConfig
+
+    from stabledrl_trl.stabledrl_config import StableDRLConfig
+
+    name = "_stabledrl_train_script"
+    train = sys.modules.get(name)
+    if train is None:
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+        )
+        train = importlib.util.module_from_spec(spec)
+        sys.modules[name] = train  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(train)
+    return (train.TrainScriptArguments, StableDRLConfig, ModelConfig)
 
 
 def _training_value(args: EvaluateArguments, key: str):
     """`key` of the training YAML (None without one, or when it does not set it)."""
     if args.training_config is None:
         return None
-    import yaml
-
-    with open(args.training_config) as f:
-        training = yaml.safe_load(f) or {}
-    return training.get(key) if isinstance(training, dict) else None
+    return load_training_config(args.training_config).get(key)
 
 
 def prompt_style(args: EvaluateArguments) -> str:

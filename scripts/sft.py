@@ -68,17 +68,30 @@ class SFTScriptArguments:
     eval_diffusion_steps: int | None = field(
         default=None, metadata={"help": "Sampler steps of the evaluation; None: completion_length (one per token)."}
     )
+    allow_pickle_checkpoints: bool = field(
+        default=False,
+        metadata={"help": "Allow pickle weights (.bin / .pt), which can run code when loaded. Off: safetensors only."},
+    )
+
+    def __post_init__(self):
+        import typing
+
+        from stabledrl_trl.stabledrl_config import check_field_types
+        from stabledrl_trl.validation import check_config_values
+
+        check_field_types(self)
+        check_config_values(self, typing.get_type_hints(type(self)))
 
 
 def make_parser(subparsers=None):
-    from trl import TrlParser
-
     from stabledrl_trl.sft import MaskedDiffusionSFTConfig
 
     dataclass_types = (SFTScriptArguments, MaskedDiffusionSFTConfig)
     if subparsers is not None:
         return subparsers.add_parser("sft", help="masked-diffusion SFT", dataclass_types=dataclass_types)
-    return TrlParser(dataclass_types)
+    from stabledrl_trl.safety import make_trl_parser
+
+    return make_trl_parser(dataclass_types)
 
 
 def main(script_args=None, training_args=None, argv=None) -> dict:
@@ -112,8 +125,18 @@ def main(script_args=None, training_args=None, argv=None) -> dict:
             mlp_hidden_size=script_args.tiny_mlp_hidden_size,
         )
     else:
-        tokenizer = AutoTokenizer.from_pretrained(script_args.model_name_or_path, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(script_args.model_name_or_path)
+        from stabledrl_trl.safety import check_local_model_path, check_safetensors_only
+        from stabledrl_trl.stabledrl_trainer import check_model_folder
+
+        path = script_args.model_name_or_path
+        check_local_model_path(path)
+        check_model_folder(path)
+        load_kwargs = {}
+        if not script_args.allow_pickle_checkpoints:  # as training: never unpickle weights unless asked to
+            check_safetensors_only(path, what="model_name_or_path")
+            load_kwargs["use_safetensors"] = True
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs)
 
     def load(split, num_samples):
         return load_task_dataset(

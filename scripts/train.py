@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import typing
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -64,7 +65,12 @@ class TrainScriptArguments:
         },
     )
     sft_cache_dir: str = field(default=".cache/stabledrl_tiny", metadata={"help": "Cache of the SFT warm-up."})
-    sft_max_steps: int = field(default=200, metadata={"help": "SFT warm-up steps (tiny_model only)."})
+    sft_max_steps: int = field(
+        default=200,
+        metadata={
+            "help": "SFT warm-up steps (tiny_model only); 0 skips the warm-up (RL starts from the random model)."
+        },
+    )
     sft_learning_rate: float = field(default=1e-3, metadata={"help": "SFT warm-up learning rate (tiny_model only)."})
     sft_num_samples: int | None = field(default=5000, metadata={"help": "SFT warm-up examples (tiny_model only)."})
     evaluate_before_after: bool = field(
@@ -101,8 +107,29 @@ class TrainScriptArguments:
         },
     )
 
+    # --- MATH problem filter, training split only (the official runs: dataset_path qwedsacf/competition_math,
+    # math_max_level 4, max_problem_chars 1500, max_problem_words 300)
+    math_max_level: int | None = field(
+        default=None,
+        metadata={
+            "help": "MATH: keep training problems of level at most this (1-5; an unreadable level such as 'Level ?' "
+            "counts as 5). None: every level."
+        },
+    )
+    max_problem_chars: int | None = field(
+        default=None,
+        metadata={"help": "MATH: keep training problems of 1 to max_problem_chars - 1 characters. None: no bound."},
+    )
+    max_problem_words: int | None = field(
+        default=None,
+        metadata={
+            "help": "MATH: keep training problems of at most this many whitespace-separated words. None: no bound."
+        },
+    )
+
     def __post_init__(self):
         from stabledrl_trl.tasks import PROMPT_STYLES, get_task
+        from stabledrl_trl.tasks.math import check_problem_filter
 
         if self.reward_style is None:
             self.reward_style = self.prompt_style
@@ -126,6 +153,22 @@ class TrainScriptArguments:
             )
         if self.anti_short_boxed is None:
             self.anti_short_boxed = self.reward_style == "official"
+        for name, value in self.problem_filter().items():
+            if value is not None and task.name != "math":
+                field_name = "math_max_level" if name == "max_level" else name
+                raise ValueError(
+                    f"{field_name}: filters MATH problems, but task is {task.name!r}; remove {field_name} or set "
+                    "task: math"
+                )
+        check_problem_filter(**self.problem_filter(), level_name="math_max_level")
+
+    def problem_filter(self) -> dict:
+        """The MATH loader's filter options (`stabledrl_trl.tasks.math.filter_problems`) for the training split."""
+        return {
+            "max_level": self.math_max_level,
+            "max_problem_chars": self.max_problem_chars,
+            "max_problem_words": self.max_problem_words,
+        }
 
     def reward_funcs(self) -> list:
         """The reward functions of the chosen task and reward style (with the anti-short-boxed term if on)."""
@@ -147,10 +190,43 @@ def make_parser(subparsers=None):
     return make_trl_parser(dataclass_types)
 
 
+MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def check_script_args(script_args) -> None:
+    """TrainScriptArguments' types and numbers, named (bools, finite floats; sft_max_steps 0 skips the warm-up)."""
+    from stabledrl_trl.stabledrl_config import check_field_types
+    from stabledrl_trl.validation import check_config_values, check_float
+
+    check_field_types(script_args)
+    check_config_values(script_args, typing.get_type_hints(type(script_args)))
+    if script_args.sft_max_steps < 0:
+        raise ValueError(
+            f"sft_max_steps={script_args.sft_max_steps} must be >= 0 (0 skips the SFT warm-up; the default is 200)."
+        )
+    check_float("sft_learning_rate", script_args.sft_learning_rate, 0.0, True, advice="the default is 1e-3")
+
+
+def check_model_args(model_args) -> None:
+    """TRL's ModelConfig fields this script reads, checked with their names (a YAML value skips argparse's
+    choices, and peft's own errors do not name the field)."""
+    from stabledrl_trl.validation import check_config_values, check_float, short_repr
+
+    check_config_values(model_args, typing.get_type_hints(type(model_args)))
+    if model_args.dtype is not None and model_args.dtype not in MODEL_DTYPES:
+        raise ValueError(f"dtype={short_repr(model_args.dtype)} is not known; choose one of {list(MODEL_DTYPES)}.")
+    if model_args.use_peft:
+        if model_args.lora_r < 1:
+            raise ValueError(f"lora_r={model_args.lora_r} must be an integer >= 1 (the LoRA rank; e.g. 16).")
+        check_float("lora_alpha", model_args.lora_alpha, 0.0, True, advice="TRL's default is 32")
+        check_float("lora_dropout", model_args.lora_dropout, 0.0, False, 1.0, True, advice="TRL's default is 0.05")
+
+
 def build_model_init_kwargs(training_args, model_args) -> dict:
     """from_pretrained kwargs: dtype, revision, attention; safetensors only and no remote code unless asked for."""
     import torch
 
+    check_model_args(model_args)
     dtype = model_args.dtype
     if dtype not in (None, "auto"):
         dtype = getattr(torch, dtype)
@@ -219,16 +295,49 @@ def check_held_out_split(script_args, needs_test: bool) -> None:
         )
 
 
+def load_datasets(script_args, seed: int, needs_test: bool):
+    """(train, held-out or None) for the task, both posed in `prompt_style` (held-out: test_data_files if given)."""
+    from stabledrl_trl.tasks import load_task_dataset
+
+    def load(split, num, data_files=script_args.data_files, path=script_args.dataset_path, **options):
+        return load_task_dataset(
+            script_args.task,
+            split,
+            path=path,
+            data_files=data_files,
+            num_samples=num,
+            system_prompt=script_args.system_prompt,
+            seed=seed,
+            prompt_style=script_args.prompt_style,
+            **options,
+        )
+
+    check_held_out_split(script_args, needs_test)
+    filters = {k: v for k, v in script_args.problem_filter().items() if v is not None}  # MATH only (checked above)
+    train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples, **filters)
+    test_dataset = None
+    if script_args.test_data_files is not None:
+        test_dataset = load(
+            script_args.dataset_test_split, script_args.num_eval_samples, data_files=script_args.test_data_files,
+            path=None,
+        )
+    elif needs_test:
+        test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
+    return train_dataset, test_dataset
+
+
 def main(script_args=None, training_args=None, model_args=None, argv=None):
     import torch
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
     from stabledrl_trl import StableDRLTrainer
-    from stabledrl_trl.tasks import get_task, load_task_dataset
+    from stabledrl_trl.tasks import get_task
 
     if script_args is None:
         script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
+    check_script_args(script_args)  # before the SFT warm-up, not after it
+    check_model_args(model_args)
     task = get_task(script_args.task)
     if script_args.num_threads is not None:
         torch.set_num_threads(script_args.num_threads)
@@ -249,40 +358,19 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
         )
     if model_path is None:
         raise ValueError("model_name_or_path is not set: give a hub id or a local checkpoint (or tiny_model: true).")
+    from stabledrl_trl.safety import check_local_model_path
+    from stabledrl_trl.stabledrl_trainer import check_model_folder
+
+    check_local_model_path(model_path)  # before the tokenizer: a missing folder is not a hub "Repo id" error
+    check_model_folder(model_path)
 
     training_args.model_init_kwargs = build_model_init_kwargs(training_args, model_args)
     tokenizer = AutoTokenizer.from_pretrained(
         model_path, padding_side="left", trust_remote_code=training_args.trust_remote_code
     )
 
-    def load(split, num):
-        return load_task_dataset(
-            script_args.task,
-            split,
-            path=script_args.dataset_path,
-            data_files=script_args.data_files,
-            num_samples=num,
-            system_prompt=script_args.system_prompt,
-            seed=training_args.seed,
-            prompt_style=script_args.prompt_style,
-        )
-
     needs_test = script_args.evaluate_before_after or training_args.eval_strategy != "no"
-    check_held_out_split(script_args, needs_test)
-    train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
-    test_dataset = None
-    if script_args.test_data_files is not None:
-        test_dataset = load_task_dataset(
-            script_args.task,
-            script_args.dataset_test_split,
-            path=None,
-            data_files=script_args.test_data_files,
-            num_samples=script_args.num_eval_samples,
-            system_prompt=script_args.system_prompt,
-            seed=training_args.seed,
-        )
-    elif needs_test:
-        test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
+    train_dataset, test_dataset = load_datasets(script_args, training_args.seed, needs_test)
     eval_dataset = test_dataset if training_args.eval_strategy != "no" else None
 
     trainer = StableDRLTrainer(

@@ -1,10 +1,9 @@
 """stabledrl_trl: stable reinforcement learning (StableDRL, DGPO) for masked diffusion language models, on TRL."""
 
 from . import models  # registers LLaDA, Dream and SDAR with transformers' Auto classes
+from .version import __version__
 
-__version__ = "0.1.0"
-
-__all__ = ["StableDRLConfig", "StableDRLTrainer", "models"]
+__all__ = ["StableDRLConfig", "StableDRLTrainer", "__version__", "models"]
 
 
 def __getattr__(name):

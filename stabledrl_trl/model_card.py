@@ -92,8 +92,8 @@ def generation_code(trainer) -> tuple[str, str]:
 def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> ModelCard:
     from trl.trainer.utils import get_config_model_id
 
-    from . import __version__
     from .diffusion.adapter import unwrap_model
+    from .version import __version__
 
     args = trainer.args
     inner = unwrap_model(trainer.model)

@@ -15,6 +15,8 @@ import shutil
 
 import torch
 
+from .validation import short_repr
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -69,6 +71,7 @@ def check_prompt_dataset(
         mask_text = tokenizer.convert_ids_to_tokens(int(mask_token_id))
     longest, longest_row = 0, None
     for i, prompt in enumerate(dataset["prompt"]):
+        check_prompt_type(prompt, name, i)
         text = _prompt_text(prompt)
         if not text.strip():
             raise ValueError(f"{name} row {i} has an empty prompt ({prompt!r}); remove or fill such rows.")
@@ -90,8 +93,37 @@ def check_prompt_dataset(
         raise ValueError(
             f"{name} row {longest_row}: the prompt has {longest} tokens; with max_completion_length="
             f"{completion_length} that is {longest + (completion_length or 0)} positions, more than the model's "
-            f"max_position_embeddings={max_positions}. Shorten or drop long prompts (or set max_prompt_length)."
+            f"max_position_embeddings={max_positions}. Drop or shorten long prompts (e.g. dataset.filter on the "
+            "prompt's token count) or lower max_completion_length."
         )
+
+
+def check_prompt_type(prompt, name: str, row: int) -> None:
+    """A prompt is a string (standard) or a list of {"role", "content"} messages (conversational), as TRL's GRPO
+    datasets are; anything else (None, a number, one dict, a list of strings) is refused naming the row."""
+    if isinstance(prompt, str):
+        return
+    fix = (
+        'Give each row a string ("What is 2+3?") or a list of messages ([{"role": "user", "content": "What is '
+        '2+3?"}]).'
+    )
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
+        for j, message in enumerate(prompt):
+            if "role" not in message:
+                raise ValueError(
+                    f"{name} row {row}: message {j} of the prompt has keys {short_repr(sorted(map(str, message)))} "
+                    f"and no 'role'. {fix}"
+                )
+        return
+    if isinstance(prompt, list) and prompt and all(isinstance(m, str) for m in prompt):
+        raise ValueError(
+            f"{name} row {row}: the prompt is a list of strings ({short_repr(prompt)}); it would be joined silently "
+            f"or read as chat messages. Join it into one string yourself, or make each part a message. {fix}"
+        )
+    raise ValueError(
+        f"{name} row {row}: the prompt is {type(prompt).__name__} {short_repr(prompt)}, not a string or a list of "
+        f"messages. {fix}"
+    )
 
 
 def _prompt_text(prompt) -> str:
@@ -200,6 +232,105 @@ def checkpoint_missing(path: str, needs_optimizer: bool = True) -> list[str]:
     return missing
 
 
+def _safetensors_damage(path: str) -> str | None:
+    """Why a safetensors file cannot be read (header unreadable, or shorter than its header says), else None."""
+    import json
+    import struct
+
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                return "truncated (no header)"
+            (n,) = struct.unpack("<Q", raw)
+            if n > size - 8:
+                return f"truncated (header of {n} bytes, file of {size})"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as error:
+        return f"unreadable header ({error})"
+    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        return f"truncated ({size} bytes, the header needs {8 + n + end})"
+    return None
+
+
+def _safetensors_keys(path: str) -> list[str]:
+    import json
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return [k for k in json.loads(f.read(n)) if k != "__metadata__"]
+
+
+def check_weight_index(folder: str) -> None:
+    """A sharded safetensors folder whose index does not cover its shards would load with the uncovered weights
+    randomly initialised and no error: refuse an index naming a missing file, and shard files (or tensors in them)
+    the index leaves out."""
+    import json
+
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.isfile(index):
+        return
+    try:
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{index} is damaged ({short_repr(str(error))}); restore it from the original model."
+        ) from None
+    files = set(weight_map.values())
+    absent = sorted(f for f in files if not os.path.isfile(os.path.join(folder, f)))
+    if absent:
+        raise FileNotFoundError(f"{index} names shard(s) {absent[:3]} that are not in {folder}; restore them.")
+    shards = sorted(f for f in os.listdir(folder) if re.match(r"^model-\d+-of-\d+\.safetensors$", f))
+    uncovered = []
+    for shard in shards:
+        damage = _safetensors_damage(os.path.join(folder, shard))
+        if damage:
+            raise ValueError(f"weight file {os.path.join(folder, shard)} is {damage}; restore it.")
+        uncovered += [k for k in _safetensors_keys(os.path.join(folder, shard)) if k not in weight_map]
+    if uncovered:
+        raise ValueError(
+            f"{index} leaves out {len(uncovered)} weight(s) stored in the folder's shards (e.g. {uncovered[:3]}): "
+            "loading would leave them randomly initialised. Restore the index from the original model (its "
+            "weight_map must name every tensor of every shard)."
+        )
+
+
+def checkpoint_damage(path: str, needs_optimizer: bool = True) -> tuple[str, str] | None:
+    """(file, what is wrong) for the first damaged file of a complete checkpoint (a truncated trainer state,
+    weights, optimiser or scheduler file), else None. Reads headers and archive directories only."""
+    import json
+    import zipfile
+
+    state = os.path.join(path, "trainer_state.json")
+    try:
+        with open(state) as f:
+            json.load(f)
+    except (OSError, ValueError) as error:
+        return state, f"not valid JSON ({short_repr(str(error))})"
+    for name in sorted(os.listdir(path)):
+        file = os.path.join(path, name)
+        if name.endswith(".safetensors"):
+            damage = _safetensors_damage(file)
+            if damage:
+                return file, damage
+        elif name == "model.safetensors.index.json":
+            try:
+                check_weight_index(path)
+            except (ValueError, FileNotFoundError) as error:
+                return file, short_repr(str(error), 400)
+        elif needs_optimizer and name.endswith(".pt") and (name.startswith(("optimizer", "scheduler"))):
+            try:
+                with zipfile.ZipFile(file) as archive:  # torch.save writes a zip archive; a truncated one has no
+                    archive.infolist()  # central directory
+            except (OSError, zipfile.BadZipFile) as error:
+                return file, f"truncated or not a torch.save archive ({error})"
+    return None
+
+
 def resolve_resume(resume_from_checkpoint, output_dir: str, needs_optimizer: bool = True):
     """Map `resume_from_checkpoint` to a checkpoint folder (or None for a fresh run), refusing unsafe cases.
 
@@ -216,9 +347,13 @@ def resolve_resume(resume_from_checkpoint, output_dir: str, needs_optimizer: boo
         checkpoints = list_checkpoints(output_dir)
         for path in reversed(checkpoints):
             missing = checkpoint_missing(path, needs_optimizer)
-            if not missing:
+            damage = None if missing else checkpoint_damage(path, needs_optimizer)
+            if not missing and not damage:
                 return path
-            logger.warning(f"Skipping incomplete checkpoint {path} (missing {', '.join(missing)}).")
+            if missing:
+                logger.warning(f"Skipping incomplete checkpoint {path} (missing {', '.join(missing)}).")
+            else:
+                logger.warning(f"Skipping damaged checkpoint {path}: {damage[0]} is {damage[1]}.")
         raise ValueError(
             f"resume_from_checkpoint=True but output_dir={output_dir!r} holds no complete checkpoint "
             f"({len(checkpoints)} checkpoint folder(s) found). Start a fresh run without resume_from_checkpoint."
@@ -231,6 +366,12 @@ def resolve_resume(resume_from_checkpoint, output_dir: str, needs_optimizer: boo
         raise ValueError(
             f"resume_from_checkpoint={path!r} lacks {', '.join(missing)}: resuming would start a fresh optimiser / "
             "schedule silently instead of continuing the run. Resume from a complete checkpoint."
+        )
+    damage = checkpoint_damage(path, needs_optimizer)
+    if damage:
+        raise ValueError(
+            f"resume_from_checkpoint={path!r}: {damage[0]} is {damage[1]}. Resume from another checkpoint "
+            "(resume_from_checkpoint=True picks the newest undamaged one)."
         )
     return path
 
@@ -253,8 +394,28 @@ def check_fresh_output_dir(output_dir: str, overwrite: bool, is_main_process: bo
             shutil.rmtree(path)
 
 
+# How a full disk reads in the errors of writers that do not raise OSError: torch.save's zip writer (RuntimeError
+# "... file write failed"), safetensors (SafetensorError "... No space left on device (os error 28)").
+_DISK_FULL_TEXTS = (
+    "no space left on device",
+    "disk quota exceeded",
+    "os error 28",
+    "os error 122",
+    "file write failed",
+)
+
+
 def is_disk_full(error: BaseException) -> bool:
-    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+    """True for a write that failed for lack of space, whichever writer raised it (an OSError with ENOSPC / EDQUOT,
+    or torch.save's and safetensors' own errors, whose text carries it), also when wrapped as the cause."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if not isinstance(error, OSError) and any(t in str(error).lower() for t in _DISK_FULL_TEXTS):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 # --------------------------------------------------------------------------------------------- command line
@@ -265,7 +426,10 @@ def suggest_fields(message: str, known: list[str]) -> str:
     import difflib
 
     hints = []
-    for name in dict.fromkeys(re.findall(r"--([A-Za-z][A-Za-z0-9_]*)", message)):
+    names = list(dict.fromkeys(re.findall(r"--([A-Za-z][A-Za-z0-9_]*)", message)))
+    if len(message) > 1000:  # the values are printed too: keep the names only (bounded, whatever the values hold)
+        message = f"{message.split(':', 1)[0]}: {', '.join('--' + n for n in names)} (values not shown)"
+    for name in names:
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
         if close:
             hints.append(f"{name!r}: did you mean {close[0]!r}?")
@@ -280,6 +444,13 @@ def make_trl_parser(dataclass_types):
 
     class SuggestingParser(TrlParser):
         def parse_args_and_config(self, args=None, *a, **k):
+            import sys
+
+            from .validation import load_yaml_checked
+
+            argv = list(args) if args is not None else sys.argv[1:]
+            if "--config" in argv and argv.index("--config") + 1 < len(argv):
+                load_yaml_checked(argv[argv.index("--config") + 1])  # duplicate keys, alias bombs: refused first
             try:
                 return super().parse_args_and_config(args, *a, **k)
             except ValueError as error:

@@ -220,6 +220,13 @@ class MaskedDiffusionSFTConfig(TrainingArguments):
     save_strategy: str = field(default="no", metadata={"help": "Checkpoint strategy during training."})
 
     def __post_init__(self):
+        import typing
+
+        from .stabledrl_config import check_field_types
+        from .validation import check_config_values
+
+        check_field_types(self)  # integer fields hold integers
+        check_config_values(self, typing.get_type_hints(type(self)))  # bools, finite floats in range
         super().__post_init__()
         if not isinstance(self.completion_length, int) or self.completion_length < 1:
             raise ValueError(f"completion_length must be a positive integer, got {self.completion_length!r}.")
@@ -276,6 +283,11 @@ class MaskedDiffusionSFTTrainer(Trainer):
             model=model, args=args, train_dataset=train_dataset, processing_class=processing_class, **kwargs
         )
         self._mask_generator: torch.Generator | None = None
+        from .diffusion.adapter import detect_family
+        from .diffusion.family import get_family
+
+        family = detect_family(model)
+        self._family = None if family is None else get_family(family)
 
     def _generator_for(self, device: torch.device) -> torch.Generator:
         if self._mask_generator is None or self._mask_generator.device.type != device.type:
@@ -283,33 +295,18 @@ class MaskedDiffusionSFTTrainer(Trainer):
             self._mask_generator.manual_seed(self.args.seed + self.args.process_index)
         return self._mask_generator
 
-    @staticmethod
-    def _block_diffusion(model) -> bool:
-        """True for a model whose diffusion family attends block-causally (SDAR, LLaDA2)."""
-        from .diffusion.adapter import detect_family
-        from .diffusion.family import BlockDiffusionFamily, get_family
-
-        family = detect_family(model)
-        return family is not None and isinstance(get_family(family), BlockDiffusionFamily)
-
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         input_ids = inputs["input_ids"]  # (B, L)
         attention_mask = inputs["attention_mask"]  # (B, L)
         completion_mask = inputs["completion_mask"]  # (B, L)
         masked, t = sample_completion_masks(completion_mask, self._generator_for(input_ids.device), self.args.mask_eps)
         noisy_ids = torch.where(masked, torch.full_like(input_ids, self.mask_token_id), input_ids)  # (B, L)
-        config = getattr(getattr(model, "module", model), "config", None)
-        if self._block_diffusion(model):
-            from .diffusion.block_estimators import StaircaseLogits
-
-            # block diffusion: each block denoised given the clean blocks before it ([noisy || clean] in one pass)
-            logits = StaircaseLogits(model, int(config.block_size))(
-                torch.cat([noisy_ids, input_ids], 1), torch.cat([attention_mask, attention_mask], 1)
-            )  # (B, L, V): the noisy copy's predictions
-            outputs = None
-        else:
+        if self._family is None:  # a model no family knows: its logits as returned
             outputs = model(input_ids=noisy_ids, attention_mask=attention_mask)
             logits = outputs.logits
+        else:  # the family aligns logits and lays the input out as it trains (shift, staircase)
+            outputs = None
+            logits = self._family.training_logits(model, noisy_ids, input_ids, attention_mask)  # (B, L, V)
         loss = masked_diffusion_sft_loss(logits, input_ids, masked, t, completion_mask)
         return (loss, outputs) if return_outputs else loss
 
@@ -417,6 +414,10 @@ def prepare_sft_model(
 
     if architecture not in TINY_ARCHITECTURES:
         raise ValueError(f"tiny_architecture={architecture!r}: choose one of {list(TINY_ARCHITECTURES)}.")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
+        raise ValueError(
+            f"sft_max_steps={max_steps!r} must be an integer >= 0 (0 skips the SFT warm-up; the default is 200)."
+        )
     base_model = TINY_BASE_MODELS[architecture]
     model_config = {**base_model, **(model_overrides or {})}
     settings = {
@@ -443,20 +444,26 @@ def prepare_sft_model(
     model = build_tiny_model(tokenizer, seed=seed, architecture=architecture, **model_config)
     work_dir = tempfile.mkdtemp(prefix=".sft-tmp-", dir=cache_dir)
     try:
-        args = MaskedDiffusionSFTConfig(
-            output_dir=work_dir,
-            max_steps=max_steps,
-            learning_rate=learning_rate,
-            per_device_train_batch_size=batch_size,
-            completion_length=completion_length,
-            seed=seed,
-            data_seed=seed,
-            logging_steps=max(1, max_steps // 10),
-            disable_tqdm=not progress,
-            use_cpu=not torch.cuda.is_available(),
-            **training_kwargs,
-        )
-        metrics = run_sft(model, tokenizer, dataset, args)
+        if max_steps == 0:  # no warm-up: the randomly initialised tiny model, saved as a warm-up would be
+            logger.warning("sft_max_steps=0: no SFT warm-up; RL starts from the randomly initialised tiny model.")
+            model.save_pretrained(work_dir)
+            tokenizer.save_pretrained(work_dir)
+            metrics = {"skipped": True, "train_steps": 0}
+        else:
+            args = MaskedDiffusionSFTConfig(
+                output_dir=work_dir,
+                max_steps=max_steps,
+                learning_rate=learning_rate,
+                per_device_train_batch_size=batch_size,
+                completion_length=completion_length,
+                seed=seed,
+                data_seed=seed,
+                logging_steps=max(1, max_steps // 10),
+                disable_tqdm=not progress,
+                use_cpu=not torch.cuda.is_available(),
+                **training_kwargs,
+            )
+            metrics = run_sft(model, tokenizer, dataset, args)
         with open(os.path.join(work_dir, SFT_SETTINGS_FILE), "w") as f:
             json.dump({"settings": settings, "metrics": metrics}, f, indent=2, sort_keys=True, default=str)
         if os.path.isfile(os.path.join(target, SFT_SETTINGS_FILE)):  # a concurrent run finished first: keep it

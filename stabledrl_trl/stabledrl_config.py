@@ -11,6 +11,7 @@ from transformers.utils import logging
 from trl import GRPOConfig
 
 from .diffusion.dream_sampler import DREAM_ALGORITHMS
+from .validation import check_config_values, short_repr
 
 logger = logging.get_logger(__name__)
 
@@ -245,8 +246,8 @@ class StableDRLConfig(GRPOConfig):
         metadata={
             "help": "What the likelihood estimator shows after a completion's first EOS (a diffusion rollout is a "
             "fixed canvas): 'visible' shows the tail as unmasked EOS tokens, as the sampler saw them; 'masked' "
-            "(the official StableDRL code) masks every tail position and attends to it, and treats the prompt's "
-            "left-padding positions as prompt tokens (attended, masked with p_mask_prompt). Never scored."
+            "(the official StableDRL code) masks every tail position and attends to it. Never scored. In both modes "
+            "the prompt's left padding is neither attended nor masked (the official code never pads)."
         },
     )
     completion_end: str = field(
@@ -288,6 +289,13 @@ class StableDRLConfig(GRPOConfig):
             "with an error."
         },
     )
+    max_nonfinite_reward_steps: int = field(
+        default=3,
+        metadata={
+            "help": "A generation batch in which every sample's reward is inf / NaN / None trains nothing: it is "
+            "warned about (naming the reward functions), and this many in a row stop the run with an error."
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -316,6 +324,7 @@ class StableDRLConfig(GRPOConfig):
 
     def __post_init__(self):
         check_field_types(self)
+        check_config_values(self, _type_hints(type(self)))  # bools, finite floats in range, positive step counts
         self._check_trainable_run()
         # Layout checks first: TRL's own check on the same numbers gives a less specific message.
         if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
@@ -650,9 +659,9 @@ def check_field_types(config) -> None:
             )
         if kinds == {int} and not _is_int(value):
             fix = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
-            raise TypeError(f"{f.name}={value!r} ({type(value).__name__}) must be an integer{fix}.")
+            raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be an integer{fix}.")
         if kinds == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise TypeError(f"{f.name}={value!r} ({type(value).__name__}) must be a number.")
+            raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be a number.")
 
 
 @functools.lru_cache(maxsize=None)

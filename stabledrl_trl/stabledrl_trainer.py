@@ -8,6 +8,7 @@ log-probabilities and only gains the new objectives.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import math
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import (
@@ -30,7 +32,7 @@ from trl.trainer.utils import (
 from . import safety
 from .diffusion.adapter import as_diffusion_lm, detect_family, unwrap_model
 from .diffusion.family import get_family
-from .diffusion.seeding import mix_seed, row_seeds
+from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
     SEQUENCE_INPUT,
     aggregate_loss,
@@ -46,6 +48,7 @@ from .stabledrl_config import (
     StableDRLConfig,
     check_diffusion_layout,
 )
+from .validation import short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ _CLIP_METRICS = {
 }
 
 # Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
-_STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER = 1, 2, 3, 4
+_STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER, _STREAM_ROWS = 1, 2, 3, 4, 5
 
 
 class NonFiniteGradientError(RuntimeError):
@@ -70,6 +73,25 @@ class RewardFunctionError(RuntimeError):
     """A reward function raised; the message names the function and the sample."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from; the message names the checkpoint and, when known, the file."""
+
+
+class NonFiniteRewardError(RuntimeError):
+    """Training stopped: every reward of `max_nonfinite_reward_steps` generation batches in a row was inf / NaN."""
+
+
+class _NonFiniteParameterGuard(TrainerCallback):
+    """After each optimiser step: parameters holding inf / NaN (a NaN learning rate, weight decay or optimiser state
+    makes them so although the gradient norm was finite) stop the run at once, naming the step and parameters."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.trainer._check_parameters_finite()
+
+
 def _check_reward_output(name: str, output, n: int):
     """A reward function must return one number (or None) per completion: a list, tuple or 1-D array / tensor of
     Python, NumPy or 0-d tensor numbers (bools read as 0 / 1, as TRL does). A string, a scalar or nested lists is an error naming the function."""
@@ -78,17 +100,26 @@ def _check_reward_output(name: str, output, n: int):
     one_dim = getattr(output, "ndim", 1) == 1 and hasattr(output, "__len__")
     if isinstance(output, (str, bytes, dict)) or not one_dim or not hasattr(output, "__iter__"):
         raise RewardFunctionError(
-            f"Reward function {name!r} returned {type(output).__name__} {output!r:.200}; it must return a list of "
+            f"Reward function {name!r} returned {type(output).__name__} {short_repr(output)}; it must return a list of "
             f"{n} floats (one per completion, None for a completion it cannot score)."
         )
     for i, r in enumerate(output):
         number = isinstance(r, numbers.Real)  # bool included: TRL reads True as 1.0
         if r is not None and not number and not (isinstance(r, torch.Tensor) and r.numel() == 1):
             raise RewardFunctionError(
-                f"Reward function {name!r} returned {type(r).__name__} {r!r:.200} for completion {i}; each reward "
+                f"Reward function {name!r} returned {type(r).__name__} {short_repr(r)} for completion {i}; each reward "
                 "must be a float (or None for a completion it cannot score)."
             )
     return output
+
+
+def _exit_error(name: str, error: SystemExit) -> RewardFunctionError:
+    """A reward function calling sys.exit / exit() would end the run with that exit code and no traceback."""
+    return RewardFunctionError(
+        f"Reward function {name!r} called sys.exit({short_repr(error.code)}) (raised SystemExit) while scoring "
+        "completions; a reward function must return one reward per completion (None for one it cannot score). "
+        "Raise an exception instead of exiting to stop the run."
+    )
 
 
 def _wrap_reward_func(func):
@@ -112,7 +143,7 @@ def _wrap_reward_func(func):
             except Exception:
                 return RewardFunctionError(
                     f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on sample "
-                    f"{i}: prompt={prompts[i]!r}, completion={completions[i]!r}. Fix the reward function "
+                    f"{i}: prompt={short_repr(prompts[i])}, completion={short_repr(completions[i])}. Fix the reward function "
                     "(return None for a completion it cannot score)."
                 )
         return RewardFunctionError(
@@ -125,6 +156,8 @@ def _wrap_reward_func(func):
         async def wrapped_async(prompts, completions, completion_ids=None, **kwargs):
             try:
                 out = await func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            except SystemExit as error:
+                raise _exit_error(name, error) from error
             except Exception as batch_error:
 
                 def call_one(**kw):  # the event loop is busy running us: run the per-sample calls on a fresh one
@@ -143,6 +176,8 @@ def _wrap_reward_func(func):
     def wrapped(prompts, completions, completion_ids=None, **kwargs):
         try:
             out = func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+        except SystemExit as error:
+            raise _exit_error(name, error) from error
         except Exception as batch_error:
             raise locate(batch_error, prompts, completions, completion_ids, kwargs, func) from batch_error
         return _check_reward_output(name, out, len(completions))
@@ -197,10 +232,94 @@ def check_diffusion_setup(args: StableDRLConfig, family) -> None:
             )
 
 
+def _check_vocabulary(model, processing_class) -> None:
+    """Token ids the tokenizer can produce must index the embedding matrix: a vocabulary smaller than the tokenizer's
+    or a pad id outside it fails later as an index error deep in a forward pass (or silently on some devices)."""
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)  # a processor wraps its tokenizer
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    rows = getattr(embeddings, "num_embeddings", None)
+    if rows is None or tokenizer is None or not hasattr(tokenizer, "__len__"):
+        return
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is not None and not 0 <= pad < rows:
+        raise ValueError(
+            f"pad_token_id={pad} (tokenizer) is outside the model's vocabulary (embedding rows 0..{rows - 1}). Set "
+            "tokenizer.pad_token to a token of the vocabulary (e.g. tokenizer.pad_token = tokenizer.eos_token), or "
+            "resize the model (model.resize_token_embeddings(len(tokenizer)))."
+        )
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's embedding matrix only {rows} rows "
+            f"(config.vocab_size={getattr(model.config, 'vocab_size', None)}): ids >= {rows} would index past it. "
+            "Use the tokenizer saved with this model, or resize the model (model.resize_token_embeddings(len(tokenizer)))."
+        )
+
+
+def _check_estimator_memory(args: StableDRLConfig, family, vocab_size: int | None, device) -> None:
+    """Refuse a likelihood-estimator setting whose logits alone cannot fit in the device's memory (e.g. a huge
+    mc_samples): per forward pass, rows x max_completion_length x vocabulary float32 logits and log-probs, a lower
+    bound that ignores the prompt and the model's activations."""
+    if vocab_size is None or args.max_completion_length is None:
+        return
+    passes = family.estimator_passes(args)  # forward passes per completion (mc_samples for Monte-Carlo estimators)
+    rows = args.per_device_train_batch_size * passes
+    per_pass = rows if args.estimator_chunk_size is None else min(rows, args.estimator_chunk_size)
+    length = args.max_completion_length
+    need = per_pass * length * vocab_size * 4 * 2 + rows * length * 4 * 3  # logits + log-probs; (rows, C) outputs
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+    else:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return
+    if need <= total:
+        return
+    fix = "lower mc_samples"
+    fit = total // (length * vocab_size * 8 * 2)
+    if args.estimator_chunk_size is None and fit >= 1 and rows * length * 12 < total // 2:
+        fix += f", or set estimator_chunk_size (rows per forward pass) to at most {fit}"
+    raise ValueError(
+        f"mc_samples={args.mc_samples} (likelihood_estimator={args.likelihood_estimator!r}): the estimator scores "
+        f"per_device_train_batch_size x {passes} passes = {rows} rows, {per_pass} per forward pass, which needs at "
+        f"least {need / 2**30:.1f} GiB for its logits alone (x {length} positions x {vocab_size} vocabulary), more "
+        f"than the {total / 2**30:.1f} GiB of the {device.type} device. Fix: {fix}."
+    )
+
+
+def check_model_folder(path: str) -> None:
+    """A local model path that is a file, or a folder whose config.json has no model_type, or whose weight index
+    does not cover its shards: clear errors before transformers' own."""
+    import json
+
+    path = os.path.expanduser(path)
+    if os.path.isfile(path):
+        raise ValueError(
+            f"model={path!r} is a file; give the folder that holds config.json and the weights (the folder written "
+            "by save_pretrained), or a hub id."
+        )
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isdir(path) or not os.path.isfile(config_file):
+        return
+    try:
+        with open(config_file) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{config_file} is not valid JSON ({short_repr(str(error))}); restore it.") from None
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise ValueError(
+            f"{config_file} has no model_type, so transformers cannot tell which architecture to build. Add the "
+            'model\'s "model_type" (e.g. "llada", "Dream", "sdar", "llama") or save the model again with '
+            "save_pretrained."
+        )
+    safety.check_weight_index(path)
+
+
 def _check_inputs_before_loading(model, args: StableDRLConfig, kwargs: dict) -> None:
     """Checks that need no loaded model: a missing local path, pickle-only weights, an empty dataset."""
     if isinstance(model, str):
         safety.check_local_model_path(model)
+        check_model_folder(model)
         if not args.allow_pickle_checkpoints:
             safety.check_safetensors_only(model)
             args.model_init_kwargs = {"use_safetensors": True, **(args.model_init_kwargs or {})}
@@ -245,8 +364,10 @@ class StableDRLTrainer(GRPOTrainer):
       is not dominated by mask noise. Old-policy scores are needed per iteration: K*I passes without gradient,
       skipped entirely when generation and optimisation are aligned (the ratio is then exactly 1), plus K*I with
       gradient. A reference model (beta > 0) costs another K*I.
-    Seeds are mixed from the row's own tokens, the config seed and the stream, so they do not depend on the batch
-    layout, and a resumed run draws the same masks and the same rollouts as an uninterrupted one.
+    Seeds are mixed from the row's position in the run's global stream of rollouts (carried with the row as
+    `mask_row_key`), the config seed and the stream: every row draws its own masks (identical completions of a group
+    too, as in the official code), the masks do not depend on the batch layout, and a resumed run draws the same
+    masks and the same rollouts as an uninterrupted one.
     """
 
     _tag_names = ["trl", "grpo", "stabledrl", "diffusion"]
@@ -273,6 +394,14 @@ class StableDRLTrainer(GRPOTrainer):
         unwrapped = self.accelerator.unwrap_model(self.model)
         family = detect_family(unwrapped)
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
+        if args.diffusion is True and family is None:
+            model_type = getattr(getattr(unwrapped, "config", None), "model_type", None)
+            raise ValueError(
+                f"diffusion=True, but {type(unwrapped).__name__} (model_type={model_type!r}) is not a masked diffusion "
+                "LM this package can sample from (LLaDA, Dream, SDAR / TraDo, or a transformers masked LM). Remove "
+                "diffusion (None detects it) or set diffusion=False to train it autoregressively."
+            )
+        _check_vocabulary(unwrapped, self.processing_class)
         self._family = family
         self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
         if self._family_impl is not None:
@@ -285,6 +414,10 @@ class StableDRLTrainer(GRPOTrainer):
             )
         if self.is_diffusion:
             check_diffusion_setup(args, self._family_impl)
+            embeddings = unwrapped.get_input_embeddings() if hasattr(unwrapped, "get_input_embeddings") else None
+            _check_estimator_memory(
+                args, self._family_impl, getattr(embeddings, "num_embeddings", None), self.accelerator.device
+            )
             # Resolve and validate the mask / EOS / pad ids once (clear errors here, not at step 37).
             self._dlm = as_diffusion_lm(
                 unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
@@ -315,9 +448,13 @@ class StableDRLTrainer(GRPOTrainer):
         self._canvas_ids: list[list[int]] | None = None  # reward_text="canvas": this process's last rollout canvases
         self._last_estimate = None
         self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
+        # (B,) keys of the rows being scored (see `_rollout_row_keys`); None: rows keyed by their index in the call
+        self._mask_rows: torch.Tensor | None = None
         self._nonfinite_reward_rows = None
         self._step_all_clipped: bool | None = None  # every micro-batch of the current optimiser step fully clipped
         self._all_clipped_streak = 0
+        self._nonfinite_reward_streak = 0
+        self.add_callback(_NonFiniteParameterGuard(self))
 
     # ------------------------------------------------------------------ run safety
 
@@ -349,6 +486,18 @@ class StableDRLTrainer(GRPOTrainer):
             datasets.append(("eval_dataset" if key is None else f"eval_dataset[{key!r}]", part))
         for name, data in datasets:
             safety.check_prompt_dataset(data, name, self._tokenizer, mask, max_positions, args.max_completion_length)
+        data = self.train_dataset
+        if data is not None and hasattr(data, "__len__"):
+            needed = args.generation_batch_size // self.num_generations  # distinct prompts per generation batch
+            if len(data) < needed:
+                raise ValueError(
+                    f"train_dataset has {len(data)} prompt(s), fewer than the {needed} one generation batch needs "
+                    f"(generation_batch_size={args.generation_batch_size} = per_device_train_batch_size="
+                    f"{args.per_device_train_batch_size} x steps_per_generation={args.steps_per_generation} x "
+                    f"{self.accelerator.num_processes} process(es), / num_generations={self.num_generations}): "
+                    "incomplete batches are dropped, so no step would run and train() would return at once. Add "
+                    "prompts, or lower per_device_train_batch_size / steps_per_generation (or raise num_generations)."
+                )
         if self.eval_dataset is not None and self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
             g = self.num_generations_eval
             if args.per_device_eval_batch_size % g != 0:
@@ -393,6 +542,37 @@ class StableDRLTrainer(GRPOTrainer):
             )
         return grad_norm
 
+    def _good_checkpoint_note(self) -> str:
+        """What the user can resume from after a failure: the newest complete checkpoint (saved weights are checked
+        finite when written), or that there is none. Never claims a checkpoint that does not exist."""
+        needs_optimizer = not self.args.save_only_model
+        for path in reversed(safety.list_checkpoints(self.args.output_dir)):
+            if not safety.checkpoint_missing(path, needs_optimizer):
+                return f"The newest complete checkpoint, {path}, holds finite weights: resume from it."
+        return "No complete checkpoint was saved (save_strategy / save_steps), so there is nothing to resume from."
+
+    def _check_parameters_finite(self):
+        """Raise NonFiniteGradientError when a parameter holds inf / NaN after an optimiser step (every process).
+        One device synchronisation per step: the per-parameter flags are reduced on the device first."""
+        device = self.accelerator.device
+        local = [p.detach() for p in self.model.parameters() if p.numel()]
+        local = [t.to_local() if hasattr(t, "to_local") else t for t in local]
+        flags = [torch.isfinite(t).all().to(device) for t in local if t.numel()]
+        finite = bool(torch.stack(flags).all()) if flags else True
+        bad = [] if finite else safety.nonfinite_parameters(self.model)
+        found = float(len(bad))
+        if self.accelerator.num_processes > 1:
+            found = float(self.accelerator.reduce(torch.tensor([found], device=self.accelerator.device), "sum"))
+        if found > 0:
+            a = self.args
+            raise NonFiniteGradientError(
+                f"Step {self.state.global_step + 1}: after the optimiser step, parameters hold inf/NaN "
+                f"({', '.join(bad[:3]) or 'on another process'}) although the gradient norm was finite. Look at the "
+                f"optimiser settings (learning_rate={a.learning_rate}, weight_decay={a.weight_decay}, "
+                f"adam_epsilon={a.adam_epsilon}, optim={a.optim!r}) and at fp16 overflow (use bf16). "
+                + self._good_checkpoint_note()
+            )
+
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         """`Trainer.train`, with the output folder and the checkpoint to resume checked first (see `safety`)."""
         resume = safety.resolve_resume(
@@ -406,7 +586,68 @@ class StableDRLTrainer(GRPOTrainer):
         elif not self.args.allow_pickle_checkpoints:
             safety.check_safetensors_only(resume, what="checkpoint")
         self._nonfinite_grad_streak = 0
+        self._nonfinite_reward_streak = 0
         return super().train(resume_from_checkpoint=resume, trial=trial, **kwargs)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        """`Trainer._load_from_checkpoint`, naming the file when a weight file cannot be read, refusing missing keys
+        (`_issue_warnings_after_load`) and weights holding inf / NaN."""
+        self._loading_checkpoint = resume_from_checkpoint
+        try:
+            super()._load_from_checkpoint(resume_from_checkpoint, model=model)
+        except (OSError, RuntimeError, ValueError) as error:
+            if isinstance(error, CheckpointError):
+                raise
+            damage = safety.checkpoint_damage(resume_from_checkpoint, needs_optimizer=False)
+            where = (
+                f"{damage[0]} is {damage[1]}" if damage else f"loading its weights failed ({short_repr(str(error))})"
+            )
+            raise CheckpointError(
+                f"Cannot resume from {resume_from_checkpoint}: {where}. Resume from an older checkpoint "
+                "(resume_from_checkpoint=True skips damaged ones)."
+            ) from error
+        finally:
+            self._loading_checkpoint = None
+        bad = safety.nonfinite_parameters(self.model if model is None else model)
+        if bad:
+            raise CheckpointError(
+                f"Cannot resume from {resume_from_checkpoint}: its weights hold inf/NaN ({', '.join(bad[:3])}). "
+                "Resume from an older checkpoint (resume_from_checkpoint=<its folder>)."
+            )
+
+    def _issue_warnings_after_load(self, load_result):
+        """Missing keys on resume (a shard left out of the index, a cut state dict) would leave those weights as the
+        fresh model's: an error naming them. Keys tied to a loaded weight (a tied lm_head) are not missing."""
+        model = self.accelerator.unwrap_model(self.model)
+        state = model.state_dict()
+        missing = set(load_result.missing_keys) - set(getattr(model, "_keys_to_ignore_on_save", None) or [])
+        loaded_ptrs = {t.data_ptr() for k, t in state.items() if k not in missing and t.numel()}
+        missing = sorted(k for k in missing if k in state and state[k].data_ptr() not in loaded_ptrs)
+        if missing:
+            where = getattr(self, "_loading_checkpoint", None) or "the checkpoint"
+            raise CheckpointError(
+                f"Cannot resume from {where}: {len(missing)} weight(s) of the model are not in it (e.g. "
+                f"{missing[:3]}); they would keep the fresh model's values. A shard or the index "
+                "(model.safetensors.index.json) is incomplete: resume from an older checkpoint."
+            )
+        super()._issue_warnings_after_load(load_result)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """`Trainer._load_optimizer_and_scheduler`, naming the file when the optimiser or scheduler state cannot be
+        read."""
+        try:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        except (OSError, RuntimeError, ValueError, EOFError) as error:
+            damage = safety.checkpoint_damage(checkpoint) if checkpoint else None
+            where = (
+                f"{damage[0]} is {damage[1]}"
+                if damage
+                else f"its optimiser / scheduler state ({short_repr(str(error))})"
+            )
+            raise CheckpointError(
+                f"Cannot resume from {checkpoint}: {where}. Resume from an older checkpoint "
+                "(resume_from_checkpoint=True skips damaged ones)."
+            ) from error
 
     def save_model(self, output_dir=None, _internal_call=False):
         """`Trainer.save_model`, refusing to write weights that hold inf / NaN (checked on every process)."""
@@ -418,19 +659,30 @@ class StableDRLTrainer(GRPOTrainer):
         if found > 0:
             raise NonFiniteGradientError(
                 f"Refusing to save to {output_dir or self.args.output_dir}: parameters hold inf/NaN "
-                f"({', '.join(bad[:3]) or 'on another process'}). The last checkpoint holds the last good weights."
+                f"({', '.join(bad[:3]) or 'on another process'}). " + self._good_checkpoint_note()
             )
-        return super().save_model(output_dir, _internal_call=_internal_call)
+        if _internal_call:  # inside _save_checkpoint, which reports a full disk with the checkpoint's name
+            return super().save_model(output_dir, _internal_call=_internal_call)
+        try:
+            return super().save_model(output_dir, _internal_call=_internal_call)
+        except (OSError, RuntimeError) as error:
+            if not safety.is_disk_full(error):
+                raise
+            raise OSError(
+                errno.ENOSPC,
+                f"Disk full while saving the model to {output_dir or self.args.output_dir} ({short_repr(str(error))}). "
+                "The files there are incomplete; free space and save again. " + self._good_checkpoint_note(),
+            ) from error
 
     def _save_checkpoint(self, model, trial):
         try:
             return super()._save_checkpoint(model, trial)
-        except OSError as error:
+        except Exception as error:  # torch.save and safetensors report a full disk as RuntimeError / SafetensorError
             if not safety.is_disk_full(error):
                 raise
             raise OSError(
-                error.errno,
-                f"Disk full while saving checkpoint-{self.state.global_step} to {self.args.output_dir} ({error}). "
+                errno.ENOSPC,
+                f"Disk full while saving checkpoint-{self.state.global_step} to {self.args.output_dir} ({short_repr(str(error))}). "
                 "That folder is incomplete (resume skips it); free space or set save_total_limit, then resume.",
             ) from error
 
@@ -559,7 +811,7 @@ class StableDRLTrainer(GRPOTrainer):
             )
         prompt_ids, completion_ids = input_ids[:, :-logits_to_keep], input_ids[:, -logits_to_keep:]  # (B, P), (B, C)
         prompt_mask, completion_mask = attention_mask[:, :-logits_to_keep], attention_mask[:, -logits_to_keep:]
-        seeds = row_seeds(prompt_ids, prompt_mask, completion_ids, completion_mask, self.args.seed, *self._mask_stream)
+        seeds = mix_seed(self._row_keys(input_ids.shape[0], input_ids.device), self.args.seed, *self._mask_stream)
         with self.accelerator.autocast():
             est = self._family_impl.estimate(
                 self._adapter(model),
@@ -578,6 +830,31 @@ class StableDRLTrainer(GRPOTrainer):
         entropies = est.token_entropy if compute_entropy else None
         return est.token_logps, entropies, None
 
+    def _rollout_row_keys(self, num_rows: int) -> torch.Tensor:
+        """Keys (num_rows,) of this process's rows of the generation batch being made: their positions in the run's
+        global stream of rollouts (TRL's sampler order; process p holds the p-th slice of each generation batch),
+        so each row draws its own masks and keeps them under any layout of processes and micro-batches."""
+        ga = self.args.gradient_accumulation_steps
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        # micro-steps since the start of the run (restored exactly on resume, unlike TRL's micro-step counter)
+        micro_steps = self.state.global_step * ga + self._step % ga
+        generation = micro_steps // generate_every
+        first = (generation * self.accelerator.num_processes + self.accelerator.process_index) * num_rows
+        mode = 0 if self.model.training else 1  # evaluation rollouts form their own stream
+        return rollout_row_keys(first, num_rows, _STREAM_ROWS, mode, device=self.accelerator.device)
+
+    def _row_keys(self, num_rows: int, device) -> torch.Tensor:
+        """Keys of the rows being scored: `_mask_rows` (set from the batch), else the rows' indices in the call."""
+        keys = self._mask_rows
+        if keys is None:
+            return torch.arange(num_rows, device=device)
+        if keys.shape != (num_rows,):
+            raise RuntimeError(
+                f"mask row keys of shape {tuple(keys.shape)} for {num_rows} rows being scored: the batch's "
+                "'mask_row_key' must hold one key per row."
+            )
+        return keys.to(device)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self.args.reward_text == "canvas":
             # TRL scores this process's rows here and gathers only the rewards, so the rows are the rollout's rows.
@@ -589,14 +866,46 @@ class StableDRLTrainer(GRPOTrainer):
         overflow = rewards.abs() > safety.OVERFLOW_LIMIT  # (N_global, F); False for NaN
         bad = overflow.any(dim=1) | torch.isnan(rewards).all(dim=1)
         self._nonfinite_reward_rows = bad
+        if self.model.training:
+            self._note_nonfinite_rewards(rewards, bad)
         return torch.where(overflow, torch.nan, rewards)
+
+    def _note_nonfinite_rewards(self, rewards, bad):
+        """A generation batch whose every sample has a non-finite reward trains nothing: warn naming the functions
+        that returned no finite reward, and stop after `max_nonfinite_reward_steps` such batches in a row."""
+        if bad.numel() == 0 or not bool(bad.all()):
+            self._nonfinite_reward_streak = 0
+            return
+        self._nonfinite_reward_streak += 1
+        finite = torch.isfinite(rewards) & (rewards.abs() <= safety.OVERFLOW_LIMIT)  # (N_global, F)
+        names = [n for n, ok in zip(self.reward_func_names, finite.any(dim=0).tolist(), strict=True) if not ok]
+        limit = self.args.max_nonfinite_reward_steps
+        what = (
+            f"reward function(s) {names} returned no finite reward (inf, NaN or None)"
+            if names
+            else "no sample had a finite reward from every reward function"
+        )
+        message = (
+            f"Step {self.state.global_step + 1}: every one of the {bad.numel()} samples has a non-finite reward: {what}, "
+            f"so nothing is learnt from this batch ({self._nonfinite_reward_streak} in a row, limit "
+            f"max_nonfinite_reward_steps={limit})."
+        )
+        logger.warning(message)
+        if self._nonfinite_reward_streak >= limit:
+            raise NonFiniteRewardError(
+                message + " Stopping: fix the reward function(s) (return a float for each completion, None only for "
+                "a completion that cannot be scored)."
+            )
 
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         shared = self.args.mask_seed_mode == "shared"
         step = self.state.global_step
         self._mask_stream = (_STREAM_ITER, step, 0) if shared else (_STREAM_OLD, step)
+        self._mask_rows = self._rollout_row_keys(len(inputs)) if self.is_diffusion else None
         output = super()._generate_and_score_completions(inputs)
+        if self.is_diffusion:
+            output["mask_row_key"] = self._mask_rows  # (B,): travels with its row through shuffles and splits
 
         # Samples with a non-finite reward leave their group's normalisation (advantage NaN: objectives drop it).
         if self._nonfinite_reward_rows is not None:
@@ -690,6 +999,7 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         if self.is_diffusion:
+            self._mask_rows = inputs.get("mask_row_key")
             j = self._inner_iteration
             if self.args.mask_seed_mode == "shared":
                 gen_step = int(inputs["mask_gen_step"][0]) if "mask_gen_step" in inputs else self.state.global_step

@@ -113,6 +113,7 @@ def run(
                         "completion_mask",
                         "advantages",
                         "old_per_token_logps",
+                        "mask_row_key",
                     )
                 }
             )
@@ -145,6 +146,7 @@ def _reference(trainer, initial, final, rows, loss_type, g, args, out_path):
     ids = torch.cat([prompt_ids, completion_ids], 1)
     am = torch.cat([prompt_mask, completion_mask], 1)
     trainer._mask_stream = (3, 0, 0)  # the fresh-mask stream of optimiser step 0, inner iteration 0
+    trainer._mask_rows = torch.stack([r["mask_row_key"] for r in rows])  # each row's own masks, as in training
     logps, _, _ = trainer._get_per_token_logps_and_entropies(initial, ids, am, completion_ids.size(1))
     n_tok = completion_mask.sum(-1).clamp(min=1)
     if loss_type == "stable_drl":

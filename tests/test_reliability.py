@@ -275,12 +275,15 @@ def test_eval_layout_that_splits_groups_fails_when_the_trainer_is_built(tmp_path
 
 
 def fake_checkpoint(path, complete=True, optimizer=True, scheduler=True):
+    """A checkpoint folder whose files are small but readable (resume checks headers and archives)."""
+    from safetensors.torch import save_file
+
     path.mkdir(parents=True)
-    (path / "model.safetensors").write_bytes(b"")
+    save_file({"w": torch.zeros(2)}, str(path / "model.safetensors"))
     if optimizer:
-        (path / "optimizer.pt").write_bytes(b"")
+        torch.save({}, path / "optimizer.pt")
     if scheduler:
-        (path / "scheduler.pt").write_bytes(b"")
+        torch.save({}, path / "scheduler.pt")
     if complete:
         (path / "trainer_state.json").write_text("{}")
 

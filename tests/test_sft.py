@@ -266,3 +266,42 @@ def test_block_diffusion_sft_loss_conditions_each_block_on_the_clean_history(tin
                     ce_sum += -logp[j - start, clean[j]].item()
         total += ce_sum / t[b].item() / int(batch["completion_mask"][b].sum())
     assert loss.item() == pytest.approx(total / 3, rel=1e-5)
+
+
+def test_dream_sft_loss_reads_realigned_logits(tiny_tokenizer, tmp_path):
+    """Dream's output i-1 predicts token i: the SFT loss scores each masked token with the output before it (as
+    Dream's own sampler reads it), checked row by row on unpadded inputs, and differs from the raw-logit loss."""
+    from stabledrl_trl.models.dream import DreamConfig, DreamModel
+
+    vocab = len(tiny_tokenizer)
+    config = DreamConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, mask_token_id=MASK, bos_token_id=EOS, eos_token_id=EOS,
+        pad_token_id=EOS, tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = DreamModel(config).eval()
+    rows = [{"prompt": [{"role": "user", "content": c * (i + 1)}], "answer": c * 3} for i, c in enumerate("abc")]
+    args = MaskedDiffusionSFTConfig(output_dir=str(tmp_path), completion_length=6, seed=3, use_cpu=True)
+    trainer = MaskedDiffusionSFTTrainer(model, args, train_dataset=_dataset(rows), processing_class=tiny_tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, batch)
+    masked, t = sample_completion_masks(batch["completion_mask"], torch.Generator().manual_seed(3), args.mask_eps)
+    assert masked.any()
+    noisy = batch["input_ids"].masked_fill(masked, MASK)
+    realigned, raw = [], []
+    with torch.no_grad():
+        for b in range(3):
+            real = batch["attention_mask"][b].bool()
+            out = model(input_ids=noisy[b][real][None]).logits  # (1, n, V), the row alone
+            row_realigned = torch.cat([out[:, :1], out[:, :-1]], dim=1)  # Dream's sampler: output i-1 at position i
+            pad = (~real).sum().item()
+            fill = torch.zeros(1, pad, out.shape[-1])
+            realigned.append(torch.cat([fill, row_realigned], 1))
+            raw.append(torch.cat([fill, out], 1))
+    expected = masked_diffusion_sft_loss(torch.cat(realigned), batch["input_ids"], masked, t, batch["completion_mask"])
+    unshifted = masked_diffusion_sft_loss(torch.cat(raw), batch["input_ids"], masked, t, batch["completion_mask"])
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+    assert abs(unshifted.item() - expected.item()) > 1e-2  # the shift matters on this model

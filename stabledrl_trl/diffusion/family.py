@@ -33,8 +33,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .adapter import DiffusionAdapter, unwrap_model
-from .block_estimators import staircase_estimate
+from .adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
+from .block_estimators import StaircaseLogits, staircase_estimate
 from .block_sampler import block_generate
 from .dream_sampler import generate as dream_generate
 from .estimators import LikelihoodEstimate, estimate_likelihood, estimator_cost
@@ -86,7 +86,7 @@ def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
         alg_temp=args.dream_alg_temp,
         eps=args.dream_eps,
         temperature=args.temperature,
-        top_p=args.top_p if args.top_p < 1 else None,
+        top_p=args.top_p if args.top_p is not None and args.top_p < 1 else None,
         top_k=args.top_k if args.top_k else None,
         eos_token_ids=tuple(eos_token_ids),
         generator=generator,
@@ -153,6 +153,8 @@ class DiffusionFamily:
     default_sampler: str | None = None
     # Every parameter takes part in every forward pass (so DDP needs no unused-parameter search each step).
     uses_every_parameter: bool = False
+    # Output i-1 holds the prediction for token i (Dream: trained from an autoregressive LM).
+    shifted_logits: bool = False
 
     def sampler_name(self, args) -> str:
         """The rollout sampler under `args`: `args.diffusion_sampler`, or the family's own for "auto"."""
@@ -233,6 +235,16 @@ class DiffusionFamily:
         """
         raise NotImplementedError
 
+    def training_logits(self, model, noisy_ids: Tensor, clean_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """noisy_ids, clean_ids, attention_mask (B, L) -> logits (B, L, V): position i's prediction of clean token i.
+
+        What masked-diffusion SFT trains on (`sft.MaskedDiffusionSFTTrainer`). Full attention: one forward of the
+        noisy row, with shifted logits realigned (output i-1 -> position i, a row's first real token keeping its own).
+        """
+        out = model(input_ids=noisy_ids, attention_mask=attention_mask)
+        logits = out.logits if hasattr(out, "logits") else out[0]  # (B, L, V)
+        return realign_shifted_logits(logits, attention_mask) if self.shifted_logits else logits
+
     def num_mc_samples(self, args) -> int:
         """Monte-Carlo mask samples per estimate under `args`."""
         return 1 if args.likelihood_estimator == "mean_field" else args.mc_samples
@@ -257,8 +269,9 @@ class MaskedDiffusionFamily(DiffusionFamily):
     ):
         # The sampler decodes a fixed canvas of max_completion_length positions, and the model sees the tail after
         # the first EOS while it generates. Rebuild that canvas: the tail is unscored context, visible EOS tokens
-        # (eos_tail "visible") or mask tokens (eos_tail "masked", the official StableDRL code, which also attends to
-        # the prompt's left padding and masks it like prompt tokens).
+        # (eos_tail "visible") or mask tokens (eos_tail "masked", the official StableDRL code). In both modes the
+        # prompt's left padding is neither attended nor masked: the official code never pads (one prompt per
+        # rollout batch), so a padded row is scored exactly as the row alone.
         c = completion_ids.size(1)
         canvas = max(c, args.max_completion_length)
         canvas_ids = completion_ids.new_full((completion_ids.size(0), canvas), fill_token_id)  # (B, G)
@@ -271,7 +284,7 @@ class MaskedDiffusionFamily(DiffusionFamily):
             name,
             adapter,
             prompt_ids,
-            torch.ones_like(prompt_mask) if masked_tail else prompt_mask,
+            prompt_mask,
             canvas_ids,
             scored,
             mask_token_id=adapter.mask_token_id,
@@ -294,6 +307,7 @@ class DreamFamily(MaskedDiffusionFamily):
 
     name = "dream"
     default_sampler = "dream"
+    shifted_logits = True
 
 
 class MaskedLMFamily(MaskedDiffusionFamily):
@@ -335,6 +349,12 @@ class BlockDiffusionFamily(DiffusionFamily):
                 f"block_denoising_steps={steps} exceeds the model's block size {block}: every step reveals at least "
                 f"one token; use block_denoising_steps <= {block} or None (= {block})."
             )
+
+    def training_logits(self, model, noisy_ids, clean_ids, attention_mask):
+        # every block denoised given the clean blocks before it: [noisy || clean] in one pass (SDAR's training loss)
+        return StaircaseLogits(model, self.block_size(model))(
+            torch.cat([noisy_ids, clean_ids], 1), torch.cat([attention_mask, attention_mask], 1)
+        )  # (B, L, V): the noisy copy's predictions
 
     def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
         out = block_generate(

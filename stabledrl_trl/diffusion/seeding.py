@@ -1,9 +1,14 @@
 """Layout-independent per-row seeds for likelihood-estimator masks.
 
-The trainer derives each row's mask seed from the row's own tokens (prompt and completion, padding excluded) mixed
-with a base seed and a stream id (old policy, inner iteration, training step). A row therefore gets the same masks
-whichever micro-batch, accumulation step or process holds it and however much padding surrounds it, which is what
-makes group-exact normalisation reproducible across layouts and resumed runs exact.
+The trainer keys each row by its position in the run's global stream of rollouts (`rollout_row_keys`: generation
+batch after generation batch, process after process, in the order TRL's sampler draws the prompts) and mixes that
+key with the config seed and a stream id (old policy, inner iteration, training step). Every row therefore draws its
+masks independently of every other row, identical completions of a group included (as the official StableDRL code
+does), and a row gets the same masks whichever micro-batch, accumulation step or process holds it and however much
+padding surrounds it: group-exact normalisation is reproducible across layouts, and resumed runs are exact.
+
+`row_seeds` keys a row by its tokens instead (two rows with the same tokens get the same masks); scripts that score
+a fixed set of rollouts use it.
 
 All arithmetic is int64 on values below 2^48 (see `masking.mix32`), so it is identical on every device.
 """
@@ -51,3 +56,17 @@ def row_seeds(
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, P + C)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (B, P + C)
     return mix_seed(content_keys(ids, mask), *stream)
+
+
+def rollout_row_keys(first_row: int, num_rows: int, *stream: int, device=None) -> torch.Tensor:
+    """Keys (num_rows,) int64 of the rows first_row, first_row + 1, ... of a run's global stream of rollouts.
+
+    A process holding rows [p * n, (p + 1) * n) of generation batch g (N processes, n rows each) passes
+    first_row = (g * N + p) * n: the same row gets the same key under any number of processes or micro-batches.
+    `stream` separates independent row streams (e.g. training and evaluation rollouts). Mix the keys with the seed
+    and the mask stream with `mix_seed` to get per-row mask seeds.
+    """
+    if first_row < 0 or num_rows < 0:
+        raise ValueError(f"first_row and num_rows must be non-negative, got {first_row} and {num_rows}")
+    rows = torch.arange(first_row, first_row + num_rows, dtype=torch.long, device=device)  # (num_rows,)
+    return mix_seed(rows, *stream)

@@ -20,6 +20,7 @@ forms by summing the two reward functions (default weights 1).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -145,6 +146,7 @@ def load_task_dataset(
     system_prompt: str | None = None,
     seed: int = 0,
     prompt_style: str = "tagged",
+    **options,
 ):
     """A `datasets.Dataset` for `task` with a conversational "prompt" column and the columns its rewards need.
 
@@ -154,8 +156,19 @@ def load_task_dataset(
     system_prompt: instructions placed before each question (None: the task's default; "" for none). Tagged only.
     prompt_style: "tagged" (the tasks' reasoning/answer format) or "official" (the official StableDRL wording; see
         each task module's docstring).
+    options: the task loader's own options (MATH: max_level, max_problem_chars, max_problem_words).
     """
-    return get_task(task).loader(
+    spec = get_task(task)
+    params = inspect.signature(spec.loader).parameters
+    known = {"split", "path", "data_files", "num_samples", "system_prompt", "seed", "prompt_style"}
+    own = sorted(name for name in params if name not in known)
+    unknown = sorted(set(options) - set(own))
+    if unknown:
+        raise ValueError(
+            f"load_task_dataset: task {spec.name!r} has no option {', '.join(unknown)}; its loader's own options are "
+            f"{own or 'none'}"
+        )
+    return spec.loader(
         split,
         path=path,
         data_files=data_files,
@@ -163,6 +176,7 @@ def load_task_dataset(
         system_prompt=system_prompt,
         seed=seed,
         prompt_style=prompt_style,
+        **options,
     )
 
 

@@ -399,12 +399,45 @@ def load_rows(split: str, *, path: str | None, config: str | None, data_files: A
         builder = path or _builder_for(data_files)
         if not isinstance(data_files, dict):
             data_files = {split: data_files}
-        return load_dataset(builder, data_files=data_files, split=split)
+        return _load_local(load_dataset, builder, data_files, split)
     if path is None:
         raise ValueError("path: no dataset given; pass a hub id, a local folder or file, or data_files")
     if os.path.isfile(path):
-        return load_dataset(_builder_for(path), data_files={split: path}, split=split)
+        return _load_local(load_dataset, _builder_for(path), {split: path}, split)
     return load_dataset(path, config, split=split)
+
+
+def _local_files(data_files) -> list[str]:
+    files = data_files
+    if isinstance(files, dict):
+        files = [f for v in files.values() for f in (v if isinstance(v, (list, tuple)) else [v])]
+    elif not isinstance(files, (list, tuple)):
+        files = [files]
+    return [str(f) for f in files]
+
+
+def _load_local(load_dataset, builder: str, data_files: dict, split: str):
+    """`load_dataset` of local files; an empty, unreadable or corrupt file is an error naming it (datasets reports
+    "An error occurred while generating the dataset" or a bare StopIteration, without the file)."""
+    files = _local_files(data_files.get(split, data_files))
+    for file in files:
+        if os.path.isfile(file) and os.path.getsize(file) == 0:
+            raise ValueError(f"data file {file!r} is empty (0 bytes): nothing to train or evaluate on.")
+    try:
+        dataset = load_dataset(builder, data_files=data_files, split=split)
+    except (FileNotFoundError, KeyboardInterrupt):
+        raise
+    except Exception as error:  # DatasetGenerationError, ArrowInvalid, JSONDecodeError, StopIteration, ...
+        cause = error.__cause__ or error.__context__ or error
+        names = ", ".join(repr(f) for f in files[:3])
+        raise ValueError(
+            f"data file(s) {names} could not be read as {builder} ({type(cause).__name__}: {str(cause)[:200]}). "
+            "Check the file: one JSON object per line for .jsonl, one JSON list of objects for .json, a header row "
+            "for .csv."
+        ) from error
+    if len(dataset) == 0:
+        raise ValueError(f"data file(s) {', '.join(repr(f) for f in files[:3])} hold no rows for split {split!r}.")
+    return dataset
 
 
 def take_samples(dataset, num_samples: int | None, seed: int):

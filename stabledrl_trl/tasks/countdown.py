@@ -381,9 +381,13 @@ def evaluate_python_arithmetic(expression: str):
 
 
 def uses_available_numbers(answer: str, numbers: list[int]) -> bool:
-    """True when every run of ASCII digits in `answer`, read as an int, is one of `numbers`, each at most once."""
-    available = Counter(int(n) for n in numbers)
-    used = Counter(int(run) for run in re.findall(r"[0-9]+", answer))
+    """True when every run of ASCII digits in `answer`, read as an int, is one of `numbers`, each at most once.
+
+    Runs are compared as digit strings without leading zeros ("007" is 7), never converted with int(): Python
+    refuses int() of more than 4,300 digits, and a model can write such a run.
+    """
+    available = Counter(str(int(n)) for n in numbers)
+    used = Counter(run.lstrip("0") or "0" for run in re.findall(r"[0-9]+", answer))
     return all(available[number] >= count for number, count in used.items())
 
 

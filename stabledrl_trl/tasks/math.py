@@ -14,6 +14,12 @@ to sympy's `parse_expr`, which evaluates it as Python; answers longer than `MAX_
 parsing and comparison each stop after `PARSE_TIMEOUT_S` / `VERIFY_TIMEOUT_S` seconds (math-verify's signal alarm,
 main thread only; in other threads the length cap is the only bound); any exception scores 0.
 
+Problem filter (`filter_problems`; `load_math(..., max_level=, max_problem_chars=, max_problem_words=)`): the
+official MATH runs train on "qwedsacf/competition_math" (12,500 rows, one "train" split) keeping problems of level
+at most 4, with 1 to 1,499 characters and at most 300 whitespace-separated words. A level is the last word of the
+`level` column ("Level 3" is 3); one that does not read as an integer ("Level ?") counts as 5, as the official
+loader reads it.
+
 Format reward (`math_format_reward`, at most 0.5): 0.25 for the <reasoning>/<answer> layout, plus 0.25 when the
 <answer> content holds a closed, non-empty \\boxed{...}.
 
@@ -69,6 +75,59 @@ PARSE_TIMEOUT_S = 2
 VERIFY_TIMEOUT_S = 2
 
 logger = logging.getLogger(__name__)
+
+
+MAX_LEVEL = 5  # MATH levels run from 1 to 5
+
+
+def problem_level(level) -> int:
+    """The level of a MATH row's `level` value: the integer of its last word ("Level 3" -> 3); 5 when unreadable."""
+    try:
+        return int(str(level).split()[-1])
+    except (IndexError, ValueError):
+        return MAX_LEVEL
+
+
+def check_problem_filter(max_level=None, max_problem_chars=None, max_problem_words=None, level_name="max_level"):
+    """Raise a ValueError naming the field when a filter bound is not None or a positive int (level: 1 to 5)."""
+    for name, value, top in (
+        (level_name, max_level, MAX_LEVEL),
+        ("max_problem_chars", max_problem_chars, None),
+        ("max_problem_words", max_problem_words, None),
+    ):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (top is not None and value > top):
+            bound = f"an integer from 1 to {top}" if top is not None else "a positive integer"
+            raise ValueError(f"{name}: expected {bound} or None (no filter), got {value!r}")
+
+
+def keep_problem(row: dict, max_level=None, max_problem_chars=None, max_problem_words=None) -> bool:
+    """Whether a MATH row passes the filter: level <= max_level, 0 < characters < max_problem_chars,
+    words <= max_problem_words (None: no bound)."""
+    problem = str(row.get("problem") or "")
+    if max_level is not None and problem_level(row.get("level")) > max_level:
+        return False
+    if max_problem_chars is not None and not 0 < len(problem) < max_problem_chars:
+        return False
+    return max_problem_words is None or len(problem.split()) <= max_problem_words
+
+
+def filter_problems(rows, *, max_level=None, max_problem_chars=None, max_problem_words=None):
+    """The rows of a MATH `datasets.Dataset` that pass `keep_problem` (all rows when every bound is None).
+
+    The official runs use max_level=4, max_problem_chars=1500, max_problem_words=300.
+    """
+    check_problem_filter(max_level, max_problem_chars, max_problem_words)
+    if max_level is None and max_problem_chars is None and max_problem_words is None:
+        return rows
+    if max_level is not None and "level" not in rows.column_names:
+        raise ValueError(
+            f"max_level: the MATH data has no 'level' column (columns {rows.column_names}); use a source with "
+            "levels, such as qwedsacf/competition_math, or leave max_level unset"
+        )
+    bounds = dict(max_level=max_level, max_problem_chars=max_problem_chars, max_problem_words=max_problem_words)
+    return rows.filter(keep_problem, fn_kwargs=bounds, desc="filtering MATH problems")
 
 
 def math_gold(row: dict) -> str | None:
@@ -215,17 +274,26 @@ def load_math(
     system_prompt: str | None = None,
     seed: int = 0,
     prompt_style: str = "tagged",
+    max_level: int | None = None,
+    max_problem_chars: int | None = None,
+    max_problem_words: int | None = None,
 ):
     """MATH as a conversational dataset with columns `prompt` and `answer` (official style: also `solution`).
 
     Without `path`/`data_files`: split "train" reads MATH-lighteval's train split, split "test" reads MATH-500.
     Pass `path="DigitalLearningGmbH/MATH-lighteval", split="test"` for the full 5,000-problem test set.
+    max_level, max_problem_chars, max_problem_words: keep only the problems `filter_problems` keeps (before
+    `num_samples` are drawn); the official runs: `path="qwedsacf/competition_math"`, 4, 1500, 300.
     """
+    check_problem_filter(max_level, max_problem_chars, max_problem_words)
     formatter, instructions = choose_format(
         "math", prompt_style, system_prompt, format_example, format_example_official, SYSTEM_PROMPT
     )
     if path is None and data_files is None:
         path = DEFAULT_TEST_PATH if split == "test" else DEFAULT_TRAIN_PATH
     rows = load_rows(split, path=path, config=None, data_files=data_files)
+    rows = filter_problems(
+        rows, max_level=max_level, max_problem_chars=max_problem_chars, max_problem_words=max_problem_words
+    )
     rows = take_samples(rows, num_samples, seed)
     return format_dataset(rows, formatter, instructions)

@@ -216,3 +216,101 @@ def test_family_rejects_settings_its_sampler_ignores(tmp_path, family, kwargs, m
     with pytest.raises(ValueError, match=match):
         get_family(family).check(args, None)
     get_family("llada" if family == "dream" else "dream").check(args, None)  # the other family's sampler reads them
+
+
+def test_every_sampler_reads_top_p_none_as_no_filtering(tiny_llada, tiny_tokenizer, tmp_path):
+    """top_p None (as a Python user may pass it) decodes exactly as top_p 1.0 with LLaDA's and Dream's samplers."""
+    prompt = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]])
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    for name, model in (("dream", _tiny_dream()), ("llada", tiny_llada)):
+        adapter = as_diffusion_lm(model, tokenizer=tiny_tokenizer)
+        outs = []
+        for top_p in (None, 1.0):
+            args = _args(tmp_path, temperature=0.9, diffusion_steps=4)
+            args.top_p = top_p  # set after construction: the config itself stores its own default
+            out = get_family(name).generate(
+                adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(5)
+            )
+            outs.append(out.completion_ids)
+        assert torch.equal(outs[0], outs[1]), name
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Left padding: a row is scored as the row alone, whatever the EOS-tail mode (the official code never pads)
+
+
+def _tiny_bert():
+    """A tiny BERT masked LM (absolute positions) on the tiny tokenizer's ids, weights from seed 0."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, pad_token_id=0,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return BertForMaskedLM(config).eval()
+
+
+def _padded_and_alone(family, adapter, args, eos):
+    """Row 0 in a batch where it carries 7 pad tokens (row 1 has the longer prompt), and row 0 alone (no padding,
+    TRL's completion width for it); same per-row seed. Both completions end before the 8-position canvas does."""
+    prompt = torch.tensor([[0] * 7 + [5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]])  # (2, 11)
+    pmask = torch.tensor([[0] * 7 + [1] * 4, [1] * 11])
+    comp = torch.tensor([[12, 13, eos, 0, 0], [14, 15, 16, 17, eos]])  # TRL's: cut after the first EOS, right-padded
+    cmask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    seeds = torch.tensor([21, 22])
+    batch = family.estimate(adapter, prompt, pmask, comp, cmask, args, seeds=seeds, fill_token_id=eos)
+    alone = family.estimate(
+        adapter, prompt[:1, 7:], pmask[:1, 7:], comp[:1, :3], cmask[:1, :3], args, seeds=seeds[:1], fill_token_id=eos
+    )
+    return batch, alone
+
+
+def _assert_row_equals_alone(batch, alone):
+    torch.testing.assert_close(batch.seq_logps[:1], alone.seq_logps, rtol=0, atol=1e-5)
+    torch.testing.assert_close(batch.token_logps[:1, :3], alone.token_logps, rtol=0, atol=1e-5)
+    torch.testing.assert_close(batch.token_entropy[:1, :3], alone.token_entropy, rtol=0, atol=1e-5)
+    if alone.eubo is not None:
+        torch.testing.assert_close(batch.eubo[:1], alone.eubo, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("tail", ["visible", "masked"])
+@pytest.mark.parametrize("estimator", ["mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled"])
+@pytest.mark.parametrize("family_name", ["llada", "dream", "masked_lm"])
+def test_left_padding_changes_no_estimate_in_either_tail_mode(
+    family_name, estimator, tail, tiny_llada, tiny_tokenizer, tmp_path
+):
+    model = {"llada": tiny_llada, "dream": _tiny_dream(), "masked_lm": _tiny_bert()}[family_name]
+    adapter = as_diffusion_lm(model, tokenizer=tiny_tokenizer)
+    args = _args(
+        tmp_path, likelihood_estimator=estimator, mc_samples=1 if estimator == "mean_field" else 2,
+        estimator_block_size=4, p_mask_prompt=0.3, eos_tail=tail,
+    )  # fmt: skip
+    family, eos = get_family(family_name), tiny_tokenizer.eos_token_id
+    with torch.no_grad():
+        batch, alone = _padded_and_alone(family, adapter, args, eos)
+    _assert_row_equals_alone(batch, alone)
+    assert batch.seq_logps[0] != batch.seq_logps[1]  # the rows are scored, not constant
+    if estimator == "block_random":  # the sandwich's EUBO too (computed with gradients on)
+        sandwich = _args(
+            tmp_path, likelihood_estimator=estimator, estimator_block_size=4, p_mask_prompt=0.3, eos_tail=tail,
+            loss_type="stable_drl", sandwich=True,
+        )  # fmt: skip
+        batch, alone = _padded_and_alone(family, adapter, sandwich, eos)
+        assert alone.eubo is not None
+        _assert_row_equals_alone(batch, alone)
+
+
+@pytest.mark.parametrize("estimator", ["mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled"])
+def test_block_diffusion_left_padding_changes_no_estimate(estimator, tiny_sdar, tiny_tokenizer, tmp_path):
+    # SDAR has no masked EOS tail (refused at construction): its staircase estimate is checked with the visible one.
+    adapter = as_diffusion_lm(tiny_sdar(), tokenizer=tiny_tokenizer)
+    args = _args(
+        tmp_path, likelihood_estimator=estimator, mc_samples=1 if estimator == "mean_field" else 2,
+        estimator_block_size=4, p_mask_prompt=0.3,
+    )  # fmt: skip
+    with torch.no_grad():
+        batch, alone = _padded_and_alone(get_family("sdar"), adapter, args, tiny_tokenizer.eos_token_id)
+    _assert_row_equals_alone(batch, alone)
+    assert batch.seq_logps[0] != batch.seq_logps[1]

@@ -16,6 +16,7 @@ def test_there_are_configs():
     assert {
         "tiny.yaml",
         "llada_gsm8k_lora.yaml",
+        "llada_gsm8k_full.yaml",
         "llada_math_full.yaml",
         "llada_countdown.yaml",
         "llada_sudoku.yaml",
@@ -65,10 +66,11 @@ def test_command_line_overrides_yaml(tmp_path, load_script):
     assert training_args.learning_rate == 5e-7 and training_args.clip_c == 3.0
 
 
-def test_official_recipe_values(load_script):
+@pytest.mark.parametrize("name", ["llada_math_full.yaml", "llada_gsm8k_full.yaml"])
+def test_official_recipe_values(load_script, name):
     train = load_script("train")
-    path = os.path.join(ROOT, "configs", "llada_math_full.yaml")
-    _, a, m = train.make_parser().parse_args_and_config(["--config", path, "--use_cpu", "true"])
+    path = os.path.join(ROOT, "configs", name)
+    s, a, m = train.make_parser().parse_args_and_config(["--config", path, "--use_cpu", "true"])
     assert (a.num_generations, a.max_completion_length, a.diffusion_steps, a.block_length) == (16, 256, 128, 32)
     assert (a.temperature, a.learning_rate, a.adam_beta2, a.weight_decay, a.max_grad_norm) == (
         0.9,
@@ -86,7 +88,70 @@ def test_official_recipe_values(load_script):
         0.0,
         "none",
     )
-    assert m.model_name_or_path == "GSAI-ML/LLaDA-8B-Instruct"
+    assert m.model_name_or_path == "GSAI-ML/LLaDA-8B-Instruct" and not m.use_peft
+    assert (a.sandwich, a.sandwich_beta, a.sandwich_omega, a.p_mask_prompt, a.estimator_block_size) == (
+        True,
+        1.5,
+        0.5,
+        0.15,
+        32,
+    )
+    assert (a.adam_beta1, a.lr_scheduler_type.value, a.warmup_steps, a.max_steps, a.remasking) == (
+        0.9,
+        "linear",
+        0,
+        2000,
+        "low_confidence",
+    )
+    # 8 GPUs x 1 prompt per micro-batch x 4 accumulation steps = 32 prompts per optimiser step
+    assert a.per_device_train_batch_size // a.num_generations * a.gradient_accumulation_steps * 8 == 32
+    if s.task == "math":  # the official runs' training problems
+        assert (s.dataset_path, s.math_max_level, s.max_problem_chars, s.max_problem_words) == (
+            "qwedsacf/competition_math",
+            4,
+            1500,
+            300,
+        )
+    else:
+        assert (s.task, s.dataset_path) == ("gsm8k", None)  # openai/gsm8k, the task's default
+
+
+def test_gsm8k_lora_differs_from_the_official_run_as_its_header_says(load_script):
+    import dataclasses
+
+    from stabledrl_trl.diffusion.estimators import ESTIMATORS
+
+    train = load_script("train")
+    lora, full = (
+        train.make_parser().parse_args_and_config(
+            ["--config", os.path.join(ROOT, "configs", name), "--use_cpu", "true"]
+        )
+        for name in ("llada_gsm8k_lora.yaml", "llada_gsm8k_full.yaml")
+    )
+    differ = {
+        f.name: (getattr(lora[1], f.name), getattr(full[1], f.name))
+        for f in dataclasses.fields(lora[1])
+        if getattr(lora[1], f.name) != getattr(full[1], f.name)
+    }
+    # not recipe: where outputs go, how many checkpoints are kept, the memory chunking, and a derived field
+    for name in ("output_dir", "save_total_limit", "estimator_chunk_size", "generation_batch_size"):
+        differ.pop(name, None)
+    assert differ == {
+        "num_generations": (8, 16),  # 8 completions per prompt instead of 16
+        "per_device_train_batch_size": (8, 16),  # one prompt per micro-batch in both
+        "learning_rate": (3e-6, 2e-6),
+        "sandwich": (False, True),
+        "p_mask_prompt": (None, 0.15),  # None: block_random's default, the same 0.15
+    }
+    assert inspect_default(ESTIMATORS["block_random"], "p_mask_prompt") == 0.15
+    assert lora[2].use_peft and lora[2].lora_r == 128 and not full[2].use_peft
+    assert lora[0] == full[0]  # same task, data, prompts and grading
+
+
+def inspect_default(fn, name):
+    import inspect
+
+    return inspect.signature(fn).parameters[name].default
 
 
 @pytest.mark.parametrize(
@@ -124,6 +189,7 @@ def test_safe_model_loading_defaults(load_script):
 OFFICIAL_CONFIGS = {
     "llada_math_full.yaml": "math",
     "llada_gsm8k_lora.yaml": "gsm8k",
+    "llada_gsm8k_full.yaml": "gsm8k",
     "llada_countdown.yaml": "countdown",
     "llada_sudoku.yaml": "sudoku",
 }

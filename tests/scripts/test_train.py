@@ -3,6 +3,8 @@
 import json
 import os
 
+import torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -73,8 +75,12 @@ def test_resume_from_checkpoint_true_on_the_command_line_means_latest(tmp_path, 
     )
     ckpt = tmp_path / "checkpoint-4"
     ckpt.mkdir()
-    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json"):
-        (ckpt / name).write_text("{}")
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(ckpt / "model.safetensors"))
+    for name in ("optimizer.pt", "scheduler.pt"):
+        torch.save({}, ckpt / name)
+    (ckpt / "trainer_state.json").write_text("{}")
     # what train.py hands to trainer.train(), as the trainer resolves it
     assert resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir) == str(ckpt)
 
@@ -93,3 +99,78 @@ def test_before_after_evaluation_uses_the_runs_reward_style(tmp_path, load_scrip
         script_args = train.TrainScriptArguments(task="sudoku", prompt_style="official", reward_style=style)
         result = train._evaluate(tiny_llada, tiny_tokenizer, rows, get_task("sudoku"), args, script_args, style)
         assert (result["grading"], result["full_score"], result["n"]) == (style, full_score, 3)
+
+
+def test_held_out_file_is_posed_in_the_training_prompt_style(tmp_path, load_script):
+    """prompt_style official: rows from test_data_files get the official wording, as the training rows do."""
+    train = load_script("train")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"question": "What is 1+1?", "answer": "1+1=2\\n#### 2"}\n')
+    argv = [
+        "--config", os.path.join(ROOT, "configs", "tiny.yaml"), "--output_dir", str(tmp_path / "out"),
+        "--task", "gsm8k", "--prompt_style", "official", "--data_files", str(rows), "--test_data_files", str(rows),
+        "--num_train_samples", "1", "--num_eval_samples", "1",
+    ]  # fmt: skip
+    script_args, training_args, _ = train.make_parser().parse_args_and_config(argv)
+    train_rows, test_rows = train.load_datasets(script_args, training_args.seed, needs_test=True)
+    assert test_rows[0]["prompt"] == train_rows[0]["prompt"]
+    assert "boxed" in train_rows[0]["prompt"][-1]["content"]  # the official request for a \boxed{} answer
+
+
+def test_math_problem_filter_fields(tmp_path, load_script):
+    import pytest
+
+    train = load_script("train")
+    args = train.TrainScriptArguments(task="math", math_max_level=4, max_problem_chars=1500, max_problem_words=300)
+    assert args.problem_filter() == {"max_level": 4, "max_problem_chars": 1500, "max_problem_words": 300}
+    assert train.TrainScriptArguments(task="math").problem_filter() == dict.fromkeys(args.problem_filter())
+    for kwargs, match in (
+        (dict(task="gsm8k", math_max_level=4), "math_max_level: filters MATH problems, but task is 'gsm8k'"),
+        (dict(task="countdown", max_problem_words=300), "max_problem_words: filters MATH problems"),
+        (dict(task="math", math_max_level=6), r"math_max_level: expected an integer from 1 to 5 or None \(.*, got 6"),
+        (
+            dict(task="math", max_problem_chars=0),
+            r"max_problem_chars: expected a positive integer or None \(.*, got 0",
+        ),
+    ):
+        with pytest.raises(ValueError, match=match):
+            train.TrainScriptArguments(**kwargs)
+    bad = tmp_path / "bad.yaml"  # through the parser too
+    bad.write_text("task: math\nmax_problem_words: -3\n")
+    with pytest.raises(ValueError, match="max_problem_words: expected a positive integer"):
+        train.make_parser().parse_args_and_config(["--config", str(bad), "--use_cpu", "true"])
+
+
+def test_math_problem_filter_applies_to_the_training_split_only(tmp_path, load_script, tiny_tokenizer, monkeypatch):
+    import pytest
+
+    import stabledrl_trl
+    from stabledrl_trl.tasks.math import OFFICIAL_BOXED_REQUEST
+
+    train = load_script("train")
+    rows = [("Level 2", "short one"), ("Level 5", "too hard"), ("Level 3", "x" * 1600), ("Level 4", "fine")]
+    for name in ("train", "test"):
+        lines = [json.dumps({"problem": p, "level": lv, "solution": "\\boxed{1}"}) for lv, p in rows]
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    tiny_tokenizer.save_pretrained(tmp_path / "tokenizer")
+
+    class Built(Exception):
+        pass
+
+    def capture(**kwargs):  # stands in for the trainer: the datasets main() built are all this test needs
+        raise Built(kwargs)
+
+    monkeypatch.setattr(stabledrl_trl, "StableDRLTrainer", capture)
+    argv = [
+        "--config", os.path.join(ROOT, "configs", "llada_math_full.yaml"), "--use_cpu", "true",
+        "--model_name_or_path", str(tmp_path / "tokenizer"), "--output_dir", str(tmp_path / "out"),
+        "--dataset_path", "json", "--data_files", str(tmp_path / "train.jsonl"),
+        "--test_data_files", str(tmp_path / "test.jsonl"), "--eval_strategy", "steps", "--per_device_eval_batch_size", "16",
+    ]  # fmt: skip
+    with pytest.raises(Built) as built:
+        train.main(argv=argv)
+    kwargs = built.value.args[0]
+    problems = {split: [p[-1]["content"] for p in kwargs[key]["prompt"]]
+                for split, key in (("train", "train_dataset"), ("test", "eval_dataset"))}  # fmt: skip
+    assert problems["train"] == ["short one" + OFFICIAL_BOXED_REQUEST, "fine" + OFFICIAL_BOXED_REQUEST]
+    assert problems["test"] == [p + OFFICIAL_BOXED_REQUEST for _, p in rows]  # held out: unfiltered, same style

@@ -153,3 +153,93 @@ def test_math_gold_and_format_example():
     assert sorted(out.column_names) == ["answer", "prompt"]
     assert out["answer"] == ["2", r"\frac{1}{2}"]
     assert out[1]["prompt"] == [{"role": "user", "content": "S\n\nHalf of 1?"}]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the official runs' problem filter (qwedsacf/competition_math: level <= 4, under 1,500 characters, <= 300 words)
+
+FILTER_ROWS = {  # problem name -> (level, problem text); the expected verdict under (4, 1500, 300) follows
+    "level 1": ("Level 1", "What is $1+1$?"),
+    "level 4": ("Level 4", "Solve $x^2=4$."),
+    "level 5": ("Level 5", "Prove it."),
+    "level ?": ("Level ?", "Unknown level."),
+    "1499 chars": ("Level 3", "x" * 1499),
+    "1500 chars": ("Level 3", "x" * 1500),
+    "300 words": ("Level 2", " ".join(["w"] * 300)),
+    "301 words": ("Level 2", " ".join(["w"] * 301)),
+    "empty": ("Level 1", ""),
+}
+KEPT = {"level 1", "level 4", "1499 chars", "300 words"}
+
+
+def _filter_file(tmp_path):
+    import json
+
+    path = tmp_path / "competition_math.jsonl"
+    lines = [
+        json.dumps({"problem": text, "level": level, "type": name, "solution": f"\\boxed{{{i}}}"})
+        for i, (name, (level, text)) in enumerate(FILTER_ROWS.items())
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("prompt_style", ["official", "tagged"])
+def test_official_problem_filter_on_a_local_dataset(tmp_path, prompt_style):
+    from stabledrl_trl.tasks import load_task_dataset
+
+    path = _filter_file(tmp_path)
+    names = {text: name for name, (_, text) in FILTER_ROWS.items()}
+    full = load_task_dataset("math", "train", data_files=path, prompt_style=prompt_style)
+    assert len(full) == len(FILTER_ROWS)  # no filter unless asked
+    kept = load_task_dataset(
+        "math", "train", data_files=path, prompt_style=prompt_style, max_level=4, max_problem_chars=1500,
+        max_problem_words=300,
+    )  # fmt: skip
+    request = math_task.OFFICIAL_BOXED_REQUEST if prompt_style == "official" else ""
+    texts = [p[-1]["content"].removesuffix(request).split("\n\n")[-1] for p in kept["prompt"]]
+    assert {names[t] for t in texts} == KEPT
+    # each bound alone
+    assert len(load_task_dataset("math", "train", data_files=path, max_level=4)) == 7  # drops levels 5 and ?
+    assert len(load_task_dataset("math", "train", data_files=path, max_level=5)) == 9  # "Level ?" counts as 5
+    assert len(load_task_dataset("math", "train", data_files=path, max_problem_chars=1500)) == 7  # 1500 chars, empty
+    assert len(load_task_dataset("math", "train", data_files=path, max_problem_words=300)) == 8
+    # the bounds apply before num_samples rows are drawn
+    assert len(load_task_dataset("math", "train", data_files=path, max_level=1, num_samples=2)) == 2
+    with pytest.raises(ValueError, match="num_samples: asked for 3 rows but the split has only 2"):
+        load_task_dataset("math", "train", data_files=path, max_level=1, num_samples=3)
+
+
+def test_problem_level_reads_the_last_word():
+    assert [math_task.problem_level(v) for v in ("Level 3", "Level ?", "", None, "4", "Level 10")] == [
+        3,
+        5,
+        5,
+        5,
+        4,
+        10,
+    ]
+
+
+def test_problem_filter_errors_name_the_field(tmp_path):
+    import json
+
+    from stabledrl_trl.tasks import load_task_dataset
+
+    path = _filter_file(tmp_path)
+    for kwargs, match in (
+        (dict(max_level=0), "max_level: expected an integer from 1 to 5 or None"),
+        (dict(max_level=6), "max_level: expected an integer from 1 to 5 or None"),
+        (dict(max_problem_chars=-1), "max_problem_chars: expected a positive integer or None"),
+        (dict(max_problem_words=True), "max_problem_words: expected a positive integer or None"),
+        (dict(max_problem_words=2.5), "max_problem_words: expected a positive integer or None"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            load_task_dataset("math", "train", data_files=path, **kwargs)
+    with pytest.raises(ValueError, match="task 'gsm8k' has no option max_level; its loader's own options are none"):
+        load_task_dataset("gsm8k", "train", data_files=path, max_level=4)
+    no_level = tmp_path / "no_level.jsonl"
+    no_level.write_text(json.dumps({"problem": "1+1?", "solution": "\\boxed{2}"}) + "\n")
+    with pytest.raises(ValueError, match="max_level: the MATH data has no 'level' column"):
+        load_task_dataset("math", "train", data_files=str(no_level), max_level=4)
+    assert len(load_task_dataset("math", "train", data_files=str(no_level), max_problem_words=300)) == 1

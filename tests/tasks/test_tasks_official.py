@@ -435,3 +435,15 @@ def test_tagged_and_official_grading_disagree(
 ):
     assert tagged(None, [completion], **columns) == [tagged_score], why
     assert official(None, [completion], **columns) == [official_score], why
+
+
+def test_math_verify_is_the_series_the_official_grading_is_checked_against():
+    from importlib.metadata import version
+
+    installed = version("math-verify")
+    major_minor = tuple(int(part) for part in installed.split(".")[:2])
+    assert major_minor == (0, 9), (
+        f"math-verify {installed} is installed; the official GSM8K / MATH grading is checked against the 0.9 series "
+        "and its rewards can change between versions. Install the pinned range: "
+        "pip install 'math-verify>=0.9,<0.10' (the [math] extra)."
+    )
