@@ -169,8 +169,8 @@ class DiffusionFamily:
             block = {k: getattr(args, k) for k, v in BLOCK_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
             if block:
                 raise ValueError(
-                    f"{block} are settings of the block-diffusion sampler (SDAR, TraDo), which {self.name} models do "
-                    f"not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
+                    f"{block} are settings of the block-diffusion sampler (SDAR, TraDo, LLaDA2), which {self.name} "
+                    f"models do not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
                 )
             cache = getattr(args, "rollout_cache", "none")
             if cache != "none" and self.name != "llada":
@@ -340,7 +340,7 @@ class BlockDiffusionFamily(DiffusionFamily):
             raise ValueError(
                 "eos_tail='masked' shows a full-attention canvas's tail after the first EOS as mask tokens; a "
                 "block-diffusion estimate has no such tail (block-causal attention: nothing after the EOS reaches the "
-                "scored tokens). Leave eos_tail='visible' for SDAR / TraDo."
+                "scored tokens). Leave eos_tail='visible' for SDAR, TraDo and LLaDA2."
             )
         block = self.block_size(model)
         steps = args.block_denoising_steps
