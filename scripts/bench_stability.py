@@ -59,7 +59,9 @@ OBJECTIVES = {
     # the paper's GRPO baseline: sequence-level ratio exp(L_theta - L_old), conditional clip, 1/G normalisation
     "grpo_seq": dict(loss_type="grpo", importance_sampling_level="sequence", mask_seed_mode="fresh"),
     # d1's diffu-GRPO: token-level GRPO on the one-step mean-field estimate, shared mask seeds, KL 0.04
-    "diffu_grpo": dict(loss_type="grpo", likelihood_estimator="mean_field", mask_seed_mode="shared", beta=0.04),
+    "diffu_grpo": dict(
+        loss_type="grpo", likelihood_estimator="mean_field", mc_samples=1, mask_seed_mode="shared", beta=0.04
+    ),
     # DGPO consumes per-token ratios: block-random masks shared between the old and the current policy
     "dgpo": dict(loss_type="dgpo", mask_seed_mode="shared"),
     # StableDRL's ratio form on the length-normalised sequence ratio, same fresh masks as stable_drl

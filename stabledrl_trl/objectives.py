@@ -182,7 +182,9 @@ def stable_drl_loss(
     adv = torch.where(valid, advantages.view(-1, group_size), 0.0)  # (G_n, G)
     j = torch.where(valid, target.view(-1, group_size), 0.0)  # (G_n, G), where() keeps NaN out of the graph
     unit_loss = -(weights * adv * j).sum(-1)  # (G_n,)
-    return ObjectiveOutput(unit_loss, "group", _group_stats(log_w, weights, valid, clipped))
+    stats = _group_stats(log_w, weights, valid, clipped)
+    stats["applied_weight"] = (weights * group_size).detach().view(-1)  # (B,) multiplier of A_i grad J_i; uniform = 1
+    return ObjectiveOutput(unit_loss, "group", stats)
 
 
 @register_objective("stable_drl_ratio")
@@ -221,6 +223,8 @@ def stable_drl_ratio_loss(
     adv = torch.where(valid, advantages.view(-1, group_size), 0.0)
     unit_loss = -(weights * adv).sum(-1)  # (G_n,)
     stats = _group_stats(seq_log_ratio.detach().view(-1, group_size), weights, valid, ~inside)
+    # multiplier of A_i grad log rho_i: G rho_i / S inside the bounds, 0 where the ratio is clipped (a constant)
+    stats["applied_weight"] = torch.where(inside, weights * group_size, 0.0).detach().view(-1)  # (B,)
     return ObjectiveOutput(unit_loss, "group", stats)
 
 
@@ -272,8 +276,90 @@ def dgpo_loss(
         "low_clip_frac": (low & valid).sum() / n_tok,
         "high_clip_frac": (high & valid).sum() / n_tok,
         "skipped": (mask.bool() & ~valid).sum().float(),
+        # (B, T) multiplier r * d of A grad log pi per token (0 where dropped)
+        "applied_weight": torch.where(valid, torch.exp((log_r + log_d).detach().clamp(max=80.0)), 0.0),
     }
     return ObjectiveOutput(unit_loss, "token", stats)
+
+
+PPO_CLIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
+def trl_applied_weights(
+    loss_type: str,
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    delta: float | None = None,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+) -> torch.Tensor | None:
+    """The multiplier TRL 1.16's policy loss puts on each unit's A * grad log pi (1 for every unit on-policy).
+
+        PPO clip (grpo, bnpo, dr_grpo, dapo, luspo): loss = -min(r' A, clip(r, 1 - eps_low, 1 + eps_high) A), r' = r
+            (or min(r, delta) with TRL's two-sided `delta`); multiplier r where the unclipped term is the minimum or r is
+            inside the bounds (and r < delta), 0 where the clipped constant is taken;
+        cispo: min(r, eps_high) (detached);
+        sapo: 4 s (1 - s) r, s = sigmoid(tau (r - 1)), tau by the sign of A.
+
+    Shapes: log_ratio (B, T) per token or (B, 1) per sequence, advantages broadcastable to it. Returns the multiplier
+    (same shape, detached), or None for a loss type not covered here (vespo's weight is TRL's `get_gamma_weights`).
+    """
+    log_ratio = log_ratio.detach()
+    adv = advantages.detach()
+    adv = (adv[:, None] if adv.dim() == 1 else adv).expand_as(log_ratio)
+    r = torch.exp(log_ratio.clamp(max=80.0))
+    if loss_type in PPO_CLIP_LOSS_TYPES:
+        lo, hi = 1.0 - epsilon_low, 1.0 + epsilon_high
+        r1 = r if delta is None else r.clamp(max=delta)
+        clipped = r.clamp(lo, hi)
+        unclipped_taken = (r1 * adv < clipped * adv) | ((r > lo) & (r < hi))
+        carries = unclipped_taken if delta is None else unclipped_taken & (r < delta)
+        return torch.where(carries, r, torch.zeros_like(r))
+    if loss_type == "cispo":
+        return r.clamp(max=epsilon_high)
+    if loss_type == "sapo":
+        tau = torch.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg)
+        s = torch.sigmoid(tau * (r - 1.0))
+        return 4.0 * s * (1.0 - s) * r
+    return None
+
+
+def weight_by_advantage_sign(
+    weights: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(4,) [sum, count] of the applied weights of negative-advantage units, then of positive-advantage units.
+
+    weights: (B,) per sample or (B, T) per token (then `mask` (B, T) selects the units); advantages (B,). Units with
+    A = 0 or a non-finite weight or advantage are left out. Sums and counts gather exactly across micro-batches and
+    processes; the means are sum / count.
+    """
+    weights = weights.detach()
+    adv = advantages.detach().reshape(advantages.shape[0], *([1] * (weights.dim() - 1))).expand_as(weights)
+    keep = torch.isfinite(weights) & torch.isfinite(adv)
+    if mask is not None:
+        keep = keep & mask.bool().expand_as(weights)
+    neg, pos = keep & (adv < 0), keep & (adv > 0)
+    zero = torch.zeros_like(weights)
+    return torch.stack(
+        [torch.where(neg, weights, zero).sum(), neg.sum(), torch.where(pos, weights, zero).sum(), pos.sum()]
+    ).float()
+
+
+def equal_reward_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(2,) [groups whose rewards are all equal, groups]: such a group has zero advantages and trains nothing.
+
+    rewards: (B,) total rewards, consecutive rows of a group; NaN rewards are ignored (a group of NaN is equal).
+    """
+    _check_groups(rewards.shape[0], group_size)
+    grouped = rewards.detach().view(-1, group_size)  # (G_n, G)
+    finite = ~torch.isnan(grouped)
+    hi = torch.where(finite, grouped, -torch.inf).max(-1).values
+    lo = torch.where(finite, grouped, torch.inf).min(-1).values
+    equal = (hi == lo) | (finite.sum(-1) <= 1)
+    return torch.stack([equal.sum(), torch.tensor(grouped.shape[0], device=rewards.device)]).float()
 
 
 def spg_sandwich(elbo: torch.Tensor, eubo: torch.Tensor, advantages: torch.Tensor, omega: float = 0.5) -> torch.Tensor:

@@ -23,7 +23,17 @@ OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
 TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
 REWARD_TEXTS = ("completion", "canvas")
-ESTIMATOR_NAMES = ("mean_field", "mc_elbo", "mc_elbo_inv_t", "block_random", "coupled")
+ESTIMATOR_NAMES = (
+    "mean_field",
+    "mc_elbo",
+    "mc_elbo_inv_t",
+    "block_random",
+    "block_random_coupled",
+    "coupled",
+    "sdmc",
+    "sdmc_coupled",
+)
+SANDWICH_ESTIMATORS = ("block_random", "block_random_coupled")  # SPG's EUBO is defined on block-random masks
 
 # GRPOConfig defaults this config changes, with the reason. Listed in the README too.
 CHANGED_GRPO_DEFAULTS = {
@@ -83,7 +93,7 @@ class StableDRLConfig(GRPOConfig):
         default=False,
         metadata={
             "help": "stable_drl: use SPG's sandwich objective (ELBO for A > 0, omega*EUBO + (1-omega)*ELBO "
-            "otherwise). Needs likelihood_estimator='block_random'."
+            "otherwise). Needs likelihood_estimator='block_random' or 'block_random_coupled'."
         },
     )
     sandwich_beta: float = field(default=1.5, metadata={"help": "SPG's EUBO exponent beta (> 0)."})
@@ -181,11 +191,26 @@ class StableDRLConfig(GRPOConfig):
         default="block_random",
         metadata={
             "help": f"Sequence likelihood estimator, one of {list(ESTIMATOR_NAMES)}. 'block_random' is the "
-            "official StableDRL (SPG) estimator, 'mean_field' is d1's one-step estimator."
+            "official StableDRL (SPG) estimator and 'block_random_coupled' its low-variance form (complementary "
+            "masks inside the chosen block, same expectation); 'mean_field' is d1's one-step estimator; 'sdmc' / "
+            "'sdmc_coupled' are Gauss-Legendre quadratures over the masking level (sdmc_nodes)."
         },
     )
-    mc_samples: int = field(
-        default=2, metadata={"help": "Monte-Carlo mask samples per estimate (forward passes per completion)."}
+    mc_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": "Monte-Carlo mask samples per estimate (forward passes per completion). None: the estimator's "
+            "default (1 for mean_field, sdmc_nodes for sdmc, 2 * sdmc_nodes for sdmc_coupled, 2 otherwise). "
+            "mean_field takes exactly one pass; the paired estimators (coupled, block_random_coupled) need an even "
+            "count, sdmc a multiple of sdmc_nodes (sdmc_coupled: of 2 * sdmc_nodes)."
+        },
+    )
+    sdmc_nodes: int | None = field(
+        default=None,
+        metadata={
+            "help": "sdmc / sdmc_coupled: Gauss-Legendre nodes over the masking level t, 1 to 5 (None: 3, GDPO's "
+            "gauss-3). Only for those estimators."
+        },
     )
     p_mask_prompt: float | None = field(
         default=None,
@@ -361,12 +386,7 @@ class StableDRLConfig(GRPOConfig):
         for name, value in (("epsilon", self.epsilon), ("epsilon_high", eps_high)):
             if not 0.0 < value < 1.0 and self.loss_type in ("stable_drl_ratio", "dgpo"):
                 raise ValueError(f"{name}={value} must be in (0, 1) for loss_type={self.loss_type!r}; use 0.2.")
-        if self.mc_samples < 1:
-            raise ValueError(f"mc_samples={self.mc_samples} must be >= 1.")
-        if self.likelihood_estimator == "coupled" and self.mc_samples % 2:
-            raise ValueError(
-                f"mc_samples={self.mc_samples} must be even for likelihood_estimator='coupled' (mask + complement)."
-            )
+        self._check_estimator_samples()
         if self.p_mask_prompt is not None and not 0.0 <= self.p_mask_prompt < 1.0:
             raise ValueError(f"p_mask_prompt={self.p_mask_prompt} must be in [0, 1) (or None for the default).")
         if self.estimator_chunk_size is not None and self.estimator_chunk_size < 1:
@@ -376,10 +396,10 @@ class StableDRLConfig(GRPOConfig):
         if self.sandwich:
             if self.loss_type != "stable_drl":
                 raise ValueError(f"sandwich=True needs loss_type='stable_drl' (got {self.loss_type!r}).")
-            if self.likelihood_estimator != "block_random":
+            if self.likelihood_estimator not in SANDWICH_ESTIMATORS:
                 raise ValueError(
-                    f"sandwich=True needs likelihood_estimator='block_random' (got {self.likelihood_estimator!r}): "
-                    "SPG's EUBO is defined on block-random masks."
+                    f"sandwich=True needs likelihood_estimator='block_random' or 'block_random_coupled' (got "
+                    f"{self.likelihood_estimator!r}): SPG's EUBO is defined on block-random masks."
                 )
         if self.sandwich_beta <= 0:
             raise ValueError(f"sandwich_beta={self.sandwich_beta} must be > 0; SPG uses 1.5.")
@@ -447,6 +467,51 @@ class StableDRLConfig(GRPOConfig):
                 "none). Set beta=0.0, or use one of TRL's loss types (e.g. 'grpo') for a KL-regularised baseline."
             )
         self._check_ratio_pairing()
+
+    @property
+    def num_mc_samples(self) -> int:
+        """Forward passes per completion of one estimate: `mc_samples`, or the estimator's default when unset."""
+        from .diffusion.estimators import default_num_samples
+
+        if self.mc_samples is not None:
+            return self.mc_samples
+        return default_num_samples(self.likelihood_estimator, self.sdmc_nodes or 3)
+
+    def _check_estimator_samples(self) -> None:
+        """mc_samples and sdmc_nodes against the estimator: a value the estimator would ignore or cannot use fails."""
+        name, k, nodes = self.likelihood_estimator, self.mc_samples, self.sdmc_nodes
+        sdmc = name in ("sdmc", "sdmc_coupled")
+        if nodes is not None:
+            if not sdmc:
+                raise ValueError(
+                    f"sdmc_nodes={nodes} is an option of likelihood_estimator='sdmc' or 'sdmc_coupled', not of "
+                    f"{name!r}; remove it or choose one of those estimators."
+                )
+            if not 1 <= nodes <= 5:
+                raise ValueError(f"sdmc_nodes={nodes} must be in [1, 5] (Gauss-Legendre nodes over t); GDPO uses 3.")
+        if k is None:
+            return
+        if k < 1:
+            raise ValueError(f"mc_samples={k} must be >= 1 (or None for the estimator's default).")
+        if name == "mean_field" and k > 1:
+            raise ValueError(
+                f"mc_samples={k} with likelihood_estimator='mean_field': the one-step estimator masks every completion "
+                "token and takes exactly one forward pass, so further samples would be ignored. Set mc_samples=1 or "
+                "leave it unset (null), or choose a Monte-Carlo estimator (e.g. 'block_random') for more samples."
+            )
+        if name in ("coupled", "block_random_coupled") and k % 2:
+            raise ValueError(
+                f"mc_samples={k} must be even for likelihood_estimator={name!r} (each mask and its complement); "
+                f"use mc_samples={k + 1}."
+            )
+        if sdmc:
+            unit = (nodes or 3) * (2 if name == "sdmc_coupled" else 1)
+            if k % unit:
+                raise ValueError(
+                    f"mc_samples={k} must be a multiple of {unit} for likelihood_estimator={name!r} with sdmc_nodes="
+                    f"{nodes or 3} (one pass per node{' and half pair' if name == 'sdmc_coupled' else ''}); use "
+                    f"mc_samples={unit * max(1, round(k / unit))} or leave it unset."
+                )
 
     def _check_ratio_pairing(self):
         """Pick `mask_seed_mode` when unset, and refuse objective / mask pairings whose ratios are mask noise."""

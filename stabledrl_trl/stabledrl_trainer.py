@@ -31,16 +31,20 @@ from trl.trainer.utils import (
 
 from . import safety
 from .diffusion.adapter import as_diffusion_lm, detect_family, unwrap_model
+from .diffusion.estimators import estimator_standard_error
 from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
     SEQUENCE_INPUT,
     aggregate_loss,
     dgpo_loss,
+    equal_reward_groups,
     ratio_input,
     spg_sandwich,
     stable_drl_loss,
     stable_drl_ratio_loss,
+    trl_applied_weights,
+    weight_by_advantage_sign,
 )
 from .stabledrl_config import (
     GROUP_NORMALISED_LOSS_TYPES,
@@ -350,7 +354,10 @@ class StableDRLTrainer(GRPOTrainer):
     - `_calculate_rewards`: a non-finite reward (inf, or NaN from every function) drops its sample from the group's
       normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
       row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
-    - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation.
+    - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation. For every objective
+      it logs the mean applied weight of negative- and positive-advantage samples (`stabledrl/weight_mean_neg_adv`,
+      `weight_mean_pos_adv`) and, with fresh masks, the estimator's own noise in L_theta - L_old
+      (`stabledrl/estimator_noise_std`); `_calculate_rewards` logs `stabledrl/equal_reward_group_frac`.
     - `training_step`: at the end of each optimiser step, logs `stabledrl/all_clipped` (every sample or token of the
       step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
       consecutive such steps (no learning).
@@ -868,6 +875,14 @@ class StableDRLTrainer(GRPOTrainer):
         self._nonfinite_reward_rows = bad
         if self.model.training:
             self._note_nonfinite_rewards(rewards, bad)
+        # share of groups whose total rewards are all equal (zero advantages: nothing learnt from them)
+        mode = "train" if self.model.training else "eval"
+        g = self.num_generations if mode == "train" else self.num_generations_eval
+        total = (rewards * self.reward_weights.to(rewards.device)[None, :]).nansum(dim=1)  # (N_global,)
+        total = torch.where(torch.isnan(rewards).all(dim=1), torch.nan, total)
+        if total.shape[0] % g == 0:
+            equal, groups = equal_reward_groups(total, g).tolist()
+            self._metrics[mode]["stabledrl/equal_reward_group_frac"].append(equal / groups)
         return torch.where(overflow, torch.nan, rewards)
 
     def _note_nonfinite_rewards(self, rewards, bad):
@@ -1019,9 +1034,86 @@ class StableDRLTrainer(GRPOTrainer):
             loss = self._compute_own_loss(model, inputs)
         if self.is_diffusion and self.loss_type not in GROUP_NORMALISED_LOSS_TYPES:
             self._log_ratio_max(inputs)
+        if self.is_diffusion and self.loss_type not in OWN_LOSS_TYPES:
+            self._log_trl_weights(inputs)
+        if self.is_diffusion:
+            self._log_estimator_noise(inputs)
         if self.model.training:
             self._note_clipping()
         return loss
+
+    # ------------------------------------------------------------------ mechanism and noise diagnostics
+
+    def _log_applied_weights(self, mode, weights, advantages, mask=None):
+        """`stabledrl/weight_mean_neg_adv` / `weight_mean_pos_adv`: mean multiplier the objective puts on the
+        gradient term of negative- / positive-advantage samples (tokens, for token-level losses), over processes."""
+        sums = gather(weight_by_advantage_sign(weights, advantages, mask).reshape(1, 4)).sum(0)  # (4,)
+        for key, total, count in (("neg", sums[0], sums[1]), ("pos", sums[2], sums[3])):
+            if count > 0:
+                self._metrics[mode][f"stabledrl/weight_mean_{key}_adv"].append(float(total / count))
+
+    def _log_trl_weights(self, inputs):
+        """The applied weights of TRL's losses (`objectives.trl_applied_weights`), from the estimate just computed."""
+        if self._last_estimate is None:
+            return
+        mode = "train" if self.model.training else "eval"
+        mask = inputs["completion_mask"].bool()  # (B, C)
+        current = self._last_estimate.token_logps.detach()
+        old = inputs.get("old_per_token_logps")
+        log_r = current - (current if old is None else old)  # (B, C); exactly 0 on-policy
+        advantages = inputs["advantages"]
+        if self.loss_type == "vespo":
+            adv = advantages[:, None] if advantages.dim() == 1 else advantages
+            weights = self.get_gamma_weights(
+                advantages=adv,
+                log_ratio_per_token=log_r,
+                mask=mask,
+                importance_sampling_ratio=inputs.get("importance_sampling_ratio"),
+                k_pos=self.args.vespo_k_pos,
+                lambda_pos=self.args.vespo_lambda_pos,
+                k_neg=self.args.vespo_k_neg,
+                lambda_neg=self.args.vespo_lambda_neg,
+            )  # (B, 1)
+            unit_mask = mask.any(-1, keepdim=True)
+        else:
+            if self.args.importance_sampling_level == "sequence":
+                log_r = ((log_r * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]  # (B, 1)
+                unit_mask = mask.any(-1, keepdim=True)
+            else:
+                unit_mask = mask
+            weights = trl_applied_weights(
+                self.loss_type,
+                log_r,
+                advantages,
+                epsilon_low=self.epsilon_low,
+                epsilon_high=self.epsilon_high,
+                delta=self.args.delta,
+                sapo_temperature_pos=getattr(self.args, "sapo_temperature_pos", 1.0),
+                sapo_temperature_neg=getattr(self.args, "sapo_temperature_neg", 1.05),
+            )
+        if weights is not None:
+            self._log_applied_weights(mode, weights, advantages.reshape(advantages.shape[0], -1)[:, 0], unit_mask)
+
+    def _log_estimator_noise(self, inputs):
+        """`stabledrl/estimator_noise_std`: with fresh masks, the noise that the likelihood estimator alone puts in
+        L_theta - L_old, sqrt(2) x the standard error of the current estimate (std over its independent units /
+        sqrt(U)), averaged over completions; the old estimate is independent with the same variance. No extra
+        forward pass; not logged with fewer than two units per estimate, nor for shared masks or on-policy steps."""
+        est = self._last_estimate
+        if (
+            est is None
+            or est.sample_seq_logps is None
+            or self.args.mask_seed_mode != "fresh"
+            or inputs.get("old_per_token_logps") is None
+        ):
+            return
+        se = estimator_standard_error(est.sample_seq_logps.float())  # (B,)
+        rows = inputs["completion_mask"].bool().any(-1) & torch.isfinite(se)
+        local = torch.stack([torch.where(rows, se, 0.0).sum() * math.sqrt(2.0), rows.sum().float()])
+        total = gather(local.reshape(1, 2)).sum(0)
+        if total[1] > 0:
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["stabledrl/estimator_noise_std"].append(float(total[0] / total[1]))
 
     def _log_ratio_max(self, inputs):
         """`stabledrl/weight_max` for objectives that do not log it: the largest unclipped ratio they consume,
@@ -1138,12 +1230,14 @@ class StableDRLTrainer(GRPOTrainer):
                 normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
             loss = aggregate_loss(out, mask, normalizer)
         self._log_objective_stats(mode, out.stats, entropies, mask)
+        applied = out.stats["applied_weight"]
+        self._log_applied_weights(mode, applied, advantages, mask if applied.dim() == 2 else None)
         return loss
 
     def _log_objective_stats(self, mode, stats, entropies, mask):
         m = self._metrics[mode]
         for key, value in stats.items():
-            if key == "weights" or not isinstance(value, torch.Tensor) or value.ndim != 0:
+            if key in ("weights", "applied_weight") or not isinstance(value, torch.Tensor) or value.ndim != 0:
                 continue
             reduce = "max" if key.endswith("max") else ("sum" if key == "skipped" else "mean")
             v = gather(value.detach().float().reshape(1))

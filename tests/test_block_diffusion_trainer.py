@@ -93,8 +93,9 @@ def test_sdar_lora_shared_masks_start_on_policy(tmp_path):
     """LoRA on SDAR with d1's recipe: shared masks make iteration 0's KL to the adapter-free reference exactly 0."""
     from peft import LoraConfig
 
-    args = make_args(tmp_path, loss_type="grpo", likelihood_estimator="mean_field", mask_seed_mode="shared",
-                     beta=0.04, num_iterations=2, block_remasking="low_confidence_static", top_k=20, top_p=0.95)  # fmt: skip
+    args = make_args(tmp_path, loss_type="grpo", likelihood_estimator="mean_field", mc_samples=1,
+                     mask_seed_mode="shared", beta=0.04, num_iterations=2, block_remasking="low_confidence_static",
+                     top_k=20, top_p=0.95)  # fmt: skip
     trainer = StableDRLTrainer(model=make_sdar(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer(),
                                peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))  # fmt: skip

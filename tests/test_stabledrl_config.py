@@ -22,11 +22,30 @@ def make(tmp_path, **kw):
     return StableDRLConfig(**base)
 
 
+def test_mc_samples_unset_takes_the_estimators_default_and_set_values_are_kept(tmp_path):
+    expected = {
+        "mean_field": 1,
+        "mc_elbo": 2,
+        "block_random": 2,
+        "block_random_coupled": 2,
+        "coupled": 2,
+        "sdmc": 3,
+        "sdmc_coupled": 6,
+    }
+    for name, k in expected.items():
+        assert make(tmp_path, likelihood_estimator=name).num_mc_samples == k, name
+    assert make(tmp_path, likelihood_estimator="sdmc", sdmc_nodes=5).num_mc_samples == 5
+    assert make(tmp_path, likelihood_estimator="sdmc_coupled", sdmc_nodes=2, mc_samples=8).num_mc_samples == 8
+    assert make(tmp_path, likelihood_estimator="mean_field", mc_samples=1).num_mc_samples == 1
+    assert make(tmp_path, likelihood_estimator="block_random_coupled", mc_samples=4, sandwich=True).num_mc_samples == 4
+
+
 def test_is_a_grpo_config_with_documented_changed_defaults(tmp_path):
     cfg = make(tmp_path)
     assert isinstance(cfg, GRPOConfig)
     assert cfg.loss_type == "stable_drl" and cfg.scale_rewards == "none" and cfg.temperature == 0.9
-    assert cfg.clip_c == 5.0 and cfg.mc_samples == 2 and cfg.likelihood_estimator == "block_random"
+    assert cfg.clip_c == 5.0 and cfg.mc_samples is None and cfg.num_mc_samples == 2
+    assert cfg.likelihood_estimator == "block_random"
     plain = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
     for name, (old, new, _why) in CHANGED_GRPO_DEFAULTS.items():
         assert getattr(plain, name) == old, name
@@ -61,6 +80,20 @@ def test_every_new_field_is_documented():
         (dict(p_mask_prompt=1.0), ["p_mask_prompt", "1.0", "[0, 1)"]),
         (dict(p_mask_prompt=-0.1), ["p_mask_prompt", "-0.1"]),
         (dict(likelihood_estimator="coupled", mc_samples=3), ["mc_samples", "3", "even"]),
+        (dict(likelihood_estimator="block_random_coupled", mc_samples=5), ["mc_samples=5", "even", "mc_samples=6"]),
+        (
+            dict(likelihood_estimator="mean_field", mc_samples=2),
+            ["mc_samples=2", "mean_field", "one forward pass", "mc_samples=1"],
+        ),
+        (dict(likelihood_estimator="sdmc", mc_samples=4), ["mc_samples=4", "multiple of 3", "sdmc_nodes=3"]),
+        (
+            dict(likelihood_estimator="sdmc_coupled", sdmc_nodes=2, mc_samples=6),
+            ["mc_samples=6", "multiple of 4", "mc_samples=8"],
+        ),
+        (dict(likelihood_estimator="sdmc", sdmc_nodes=6), ["sdmc_nodes=6", "[1, 5]"]),
+        (dict(likelihood_estimator="sdmc", sdmc_nodes=0), ["sdmc_nodes=0", "[1, 5]"]),
+        (dict(sdmc_nodes=2), ["sdmc_nodes=2", "'sdmc'", "'block_random'"]),
+        (dict(sandwich=True, likelihood_estimator="sdmc"), ["sandwich", "block_random_coupled"]),
         (dict(mask_seed_mode="sometimes"), ["mask_seed_mode", "sometimes", "fresh"]),
         (dict(remasking="topk"), ["remasking", "topk"]),
         (dict(sandwich=True, likelihood_estimator="mc_elbo"), ["sandwich", "block_random"]),

@@ -119,6 +119,10 @@ def test_training_steps_run_every_override_and_change_the_model(tmp_path):
         "stabledrl/ess",
         "stabledrl/log_ratio_std",
         "stabledrl/skipped",
+        "stabledrl/estimator_noise_std",
+        "stabledrl/weight_mean_neg_adv",
+        "stabledrl/weight_mean_pos_adv",
+        "stabledrl/equal_reward_group_frac",
         "reward",
         "grad_norm",
     ):
@@ -126,6 +130,7 @@ def test_training_steps_run_every_override_and_change_the_model(tmp_path):
             assert key in h and torch.isfinite(torch.tensor(float(h[key]))), (key, h)
     for h in logs:
         assert 1.0 <= h["stabledrl/ess"] <= 4.0
+        assert h["stabledrl/estimator_noise_std"] > 0 and 0.0 <= h["stabledrl/equal_reward_group_frac"] <= 1.0
         # fresh masks: the old policy is scored on its own masks, so weights differ from 1 even at step one
         assert h["stabledrl/log_ratio_std"] > 0
 

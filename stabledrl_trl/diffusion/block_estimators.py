@@ -19,7 +19,9 @@ estimator name keeps its meaning and the returned `LikelihoodEstimate` has the s
   per sample, sum over masked tokens of log p / t divided by the answer length); K samples, chunked, fresh or shared
   seeds;
 - "mean_field": every completion token masked: each block predicted from the clean history alone;
-- "block_random", "coupled": SPG's and DiffuCoder's masks, scored the same way.
+- "block_random", "block_random_coupled", "coupled": SPG's (also in complementary pairs) and DiffuCoder's masks,
+  scored the same way;
+- "sdmc", "sdmc_coupled": Gauss-Legendre times over the whole completion, count-weighted, scored the same way.
 Real prompt tokens are masked in the noisy copy with probability `p_mask_prompt` (this reaches the prediction only
 through the prompt's tail, which shares the first completion block); the clean copy is never masked.
 Cost: one forward of length 2(P + C) per sample, instead of one per block.
@@ -96,12 +98,13 @@ def staircase_estimate(
     prompt_ids (B, P) left-padded with prompt_mask; completion_ids (B, C) right-padded with completion_mask (1 up to and
     including the first EOS). block_size: the model's diffusion block (config.block_size); blocks are aligned on the
     real-token positions of prompt + completion, as at generation. `seed`: int, torch.Generator or (B,) per-row seeds.
-    estimator_block_size: the block of "block_random" masks (SPG's, independent of the model's block_size).
+    estimator_block_size: the block of "block_random" / "block_random_coupled" masks (SPG's, independent of the model's
+    block_size). Estimator options (e.g. `nodes` for sdmc) go through `estimator_kwargs`.
     Other arguments as `estimators.estimate_likelihood` (chunk_size counts two-copy rows, each 2(P + C) long).
     Returns a `LikelihoodEstimate` (token_logps (B, C), seq_logps (B,), token_entropy (B, C), eubo).
     """
     if estimator_block_size is not None:
-        if name != "block_random":
+        if name not in ("block_random", "block_random_coupled"):
             raise ValueError(f"estimator_block_size is an option of 'block_random' masks, not of {name!r}")
         estimator_kwargs["block_size"] = estimator_block_size
     return estimate_likelihood(

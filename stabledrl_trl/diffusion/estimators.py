@@ -19,8 +19,17 @@ estimate (seq_logps):
   masked real tokens; estimate = mean over samples. w = mask * n_real / (K * n_masked).
 - "mc_elbo_inv_t" (LLaDA / MDLM, 1/t-weighted): per sample sum over masked of log p / (p * n_real), p the sample's
   masking probability; estimate = mean over samples. w = mask / (K * p) (0 for a sample whose draw masked nothing).
+- "block_random_coupled": block_random's masks in complementary pairs inside the chosen block (each pass has
+  block_random's distribution, so the expectation is block_random's); same per-token-mean weights.
 - "coupled" (DiffuCoder / ESPO): complementary mask pairs, each real token scored once per pair; w = mask / (number
   of passes in which the token is masked).
+- "sdmc" / "sdmc_coupled" (semi-deterministic Monte Carlo, GDPO): Gauss-Legendre times t_i with weights omega_i; at
+  node i, round(t_i n_real) random positions masked (with "sdmc_coupled" also their complement in a second pass);
+  estimate = sum_i omega_i * (mean of log p over the node's masked real tokens). w = mask * n_real * omega / n_masked.
+
+Every estimate is the mean of U independent units (`sample_seq_logps`, (B, U)): one pass each for mean_field,
+mc_elbo, mc_elbo_inv_t and block_random, one pair for coupled and block_random_coupled, one repeat of all nodes for
+sdmc. Their spread gives the estimate's standard error without another forward pass (`estimator_standard_error`).
 
 Padding (mask 0) is never masked, keeps its ids, is not attended to and has weight 0; completion tokens after the
 first EOS carry mask 0 and are padding too. A row with no real completion token gets estimate 0.
@@ -48,6 +57,7 @@ from torch.utils.checkpoint import checkpoint
 from stabledrl_trl.diffusion.masking import (
     Masks,
     Seed,
+    block_random_coupled_masks,
     block_random_masks,
     check_num_samples,
     check_probability,
@@ -55,6 +65,7 @@ from stabledrl_trl.diffusion.masking import (
     mean_field_masks,
     random_ratio_masks,
     resolve_seed,
+    sdmc_masks,
 )
 
 LogitsFn = Callable[[Tensor, Tensor], Tensor]  # (input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V)
@@ -73,12 +84,15 @@ class LikelihoodEstimate:
     token_entropy: (B, C) entropy of the predicted distributions, combined like token_logps (mc_elbo_inv_t uses the
         per-token-mean weights so the values stay on the entropy scale), detached, for logging.
     eubo: (B,) SPG's EUBO_beta when eubo_beta was given, else None; differentiable.
+    sample_seq_logps: (B, U) the sequence estimates of the U independent units (passes, pairs or repeats) whose mean
+        is seq_logps, detached.
     """
 
     token_logps: Tensor
     seq_logps: Tensor
     token_entropy: Tensor
     eubo: Tensor | None = None
+    sample_seq_logps: Tensor | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -224,8 +238,11 @@ def _estimate(
     entropy_weights: Tensor | None = None,
     context_mask: Tensor | None = None,
     mask_context: bool = False,
+    unit_size: int = 1,
 ) -> LikelihoodEstimate:
     """Forward the masked rows, then combine per-sample log p with the (B, K, C) weights.
+
+    unit_size: consecutive passes forming one independent unit of the estimate (1, or 2 for complementary pairs).
 
     context_mask (B, C), optional: completion positions the model attends beyond the scored ones (e.g. the EOS tail
     of a fixed-length diffusion canvas). Never scored; visible tokens, or, with mask_context, mask tokens in every
@@ -260,16 +277,37 @@ def _estimate(
     n_real = real.sum(-1).clamp(min=1).to(logp.dtype)  # (B,)
     seq_logps = (token_logps * real).sum(-1) / n_real
     eubo = None if eubo_beta is None else _eubo(logp, masks.completion, real, float(eubo_beta))
-    return LikelihoodEstimate(token_logps, seq_logps, token_entropy.detach(), eubo)
+    with torch.no_grad():
+        # each pass's share of seq_logps, summed within a unit and scaled by U: the units' mean is seq_logps
+        share = torch.where(used & real[:, None, :], weights * logp, torch.zeros_like(logp)).sum(-1) / n_real[:, None]
+        units = K // unit_size
+        samples = share.reshape(B, units, unit_size).sum(-1) * units  # (B, U)
+    return LikelihoodEstimate(token_logps, seq_logps, token_entropy.detach(), eubo, samples)
 
 
-def _per_token_mean_weights(masked: Tensor, real: Tensor) -> Tensor:
-    """(B, K, C) weights of the per-token-mean form: mean over samples of the mean over masked real tokens."""
+def estimator_standard_error(samples: Tensor) -> Tensor:
+    """(B,) standard error of each row's estimate from its (B, U) unit values: std over units / sqrt(U).
+
+    NaN for U < 2 (the spread of one unit is unknown). The units are independent draws, except that block_random's
+    passes (and block_random_coupled's pairs) take different blocks of one permutation: negatively correlated, which
+    makes this an overestimate there.
+    """
+    U = samples.shape[-1]
+    if U < 2:
+        return torch.full(samples.shape[:-1], math.nan, dtype=samples.dtype, device=samples.device)
+    return samples.std(dim=-1) / math.sqrt(U)
+
+
+def _per_token_mean_weights(masked: Tensor, real: Tensor, sample_weight: Tensor | None = None) -> Tensor:
+    """(B, K, C) weights of the per-token-mean form: mean over samples of the mean over masked real tokens, or, with
+    sample_weight (B, K), the sample_weight-weighted sum over samples of those means."""
     K = masked.shape[1]
     masked = masked & real[:, None, :]
     n_masked = masked.sum(-1, keepdim=True).clamp(min=1)  # (B, K, 1)
     n_real = real.sum(-1)[:, None, None]  # (B, 1, 1)
-    return masked * n_real / (K * n_masked)
+    if sample_weight is None:
+        return masked * n_real / (K * n_masked)
+    return masked * n_real * sample_weight[..., None] / n_masked
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -424,6 +462,127 @@ def block_random(
     )  # fmt: skip
 
 
+def block_random_coupled(
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int = 2,
+    p_mask_prompt: float = 0.15,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
+    mask_context: bool = False,
+    block_size: int = 32,
+) -> LikelihoodEstimate:
+    """The official block-random estimate with complementary masks inside the chosen block (lower variance).
+
+    Masks from `block_random_coupled_masks`: passes 2q, 2q+1 share a block (pairs take different blocks as the
+    official permutation gives them) and split its real tokens into a random subset and its complement. Every pass has
+    block_random's mask distribution, and the value is the same per-token mean averaged over passes, so the
+    expectation equals block_random's (the SPG bound of the official code), and the EUBO_beta of the sandwich is the
+    same formula on these masks. num_samples counts passes (even).
+    """
+    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
+    masks = block_random_coupled_masks(
+        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
+        num_samples=num_samples, block_size=block_size, p_mask_prompt=p_mask_prompt,
+    )  # fmt: skip
+    weights = _per_token_mean_weights(masks.completion, completion_mask.bool())
+    return _estimate(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context, unit_size=2,
+    )  # fmt: skip
+
+
+def _sdmc(
+    coupled_nodes: bool,
+    logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
+    mask_token_id, seed, num_samples, p_mask_prompt, chunk_size, eubo_beta, context_mask, mask_context, nodes,
+) -> LikelihoodEstimate:  # fmt: skip
+    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
+    masks = sdmc_masks(
+        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
+        num_samples=num_samples, nodes=nodes, coupled=coupled_nodes, p_mask_prompt=p_mask_prompt,
+    )  # fmt: skip
+    weights = _per_token_mean_weights(masks.completion, completion_mask.bool(), masks.weight)
+    return _estimate(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context, unit_size=nodes * (2 if coupled_nodes else 1),
+    )  # fmt: skip
+
+
+def sdmc(
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int | None = None,
+    p_mask_prompt: float = 0.0,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
+    mask_context: bool = False,
+    nodes: int = 3,
+) -> LikelihoodEstimate:
+    """Semi-deterministic Monte-Carlo ELBO (GDPO; Block-R1, NeMo-RL): Gauss-Legendre quadrature over t.
+
+        ELBO / n = int_0^1 (1/(t n)) E[sum of log p over tokens masked w.p. t] dt
+                ~= sum_i omega_i * (1/m_i) sum_{j in S_i} log p(y_j | y with S_i masked)
+
+    t_i, omega_i: the `nodes`-point Gauss-Legendre rule on (0, 1) (`masking.gauss_legendre_times`); S_i a uniformly
+    random set of m_i = round(t_i n) real tokens (at least 1; `masking.sdmc_counts`), n = real completion tokens.
+    A node's sum is divided by the count m_i actually masked, not by t_i n: with the rounded count the 1/t weight
+    m_i / (t_i n) is far from 1 on short completions (t = 0.047, n = 5: 4.3x), which biases the estimate. Cost: one
+    pass per node; num_samples (passes, a multiple of nodes; None = nodes) averages repeats.
+    """
+    return _sdmc(
+        False, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, num_samples=num_samples, p_mask_prompt=p_mask_prompt,
+        chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask, mask_context=mask_context, nodes=nodes,
+    )  # fmt: skip
+
+
+def sdmc_coupled(
+    logits_fn: LogitsFn,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    mask_token_id: int,
+    seed: Seed,
+    num_samples: int | None = None,
+    p_mask_prompt: float = 0.0,
+    chunk_size: int | None = None,
+    eubo_beta: float | None = None,
+    context_mask: Tensor | None = None,
+    mask_context: bool = False,
+    nodes: int = 3,
+) -> LikelihoodEstimate:
+    """`sdmc` with complementary masks at each node: the node's second pass masks the other real tokens.
+
+    Node i's two passes (m_i and n - m_i masked, m_i clamped to [1, n - 1]) each get weight omega_i / 2, so the
+    estimate is sum_i omega_i (mean over S_i + mean over the complement) / 2. Cost: two passes per node; num_samples
+    (a multiple of 2 * nodes; None = 2 * nodes) averages repeats.
+    """
+    return _sdmc(
+        True, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, num_samples=num_samples, p_mask_prompt=p_mask_prompt,
+        chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask, mask_context=mask_context, nodes=nodes,
+    )  # fmt: skip
+
+
 def coupled(
     logits_fn: LogitsFn,
     prompt_ids: Tensor,
@@ -458,7 +617,7 @@ def coupled(
     return _estimate(
         logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
         mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context,
+        mask_context=mask_context, unit_size=2,
     )  # fmt: skip
 
 
@@ -467,8 +626,14 @@ ESTIMATORS: dict[str, Callable[..., LikelihoodEstimate]] = {
     "mc_elbo": mc_elbo,
     "mc_elbo_inv_t": mc_elbo_inv_t,
     "block_random": block_random,
+    "block_random_coupled": block_random_coupled,
     "coupled": coupled,
+    "sdmc": sdmc,
+    "sdmc_coupled": sdmc_coupled,
 }
+# Forward passes forming one unit of each estimator (num_samples must be a multiple; sdmc: per node).
+PAIRED = ("coupled", "block_random_coupled")
+SDMC = ("sdmc", "sdmc_coupled")
 
 
 def _check_name(name) -> None:
@@ -476,17 +641,32 @@ def _check_name(name) -> None:
         raise ValueError(f"unknown likelihood estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
 
 
-def default_num_samples(name: str) -> int:
-    """The estimator's default number of forward passes per completion (1 for mean_field, 2 otherwise)."""
+def passes_per_unit(name: str, nodes: int = 3) -> int:
+    """Forward passes in one independent unit of the estimator: 1, 2 for the paired forms, nodes (x 2) for sdmc."""
     _check_name(name)
+    if name in SDMC:
+        return nodes * (2 if name == "sdmc_coupled" else 1)
+    return 2 if name in PAIRED else 1
+
+
+def default_num_samples(name: str, nodes: int = 3) -> int:
+    """The estimator's default number of forward passes per completion (1 for mean_field, one repeat of the nodes
+    for sdmc, 2 otherwise)."""
+    _check_name(name)
+    if name in SDMC:
+        return passes_per_unit(name, nodes)
     return inspect.signature(ESTIMATORS[name]).parameters["num_samples"].default
 
 
-def estimator_cost(name: str, num_samples: int | None = None) -> int:
-    """Forward passes per completion: num_samples for every estimator (mean_field: 1 by default; coupled: 2 per pair)."""
+def estimator_cost(name: str, num_samples: int | None = None, nodes: int = 3) -> int:
+    """Forward passes per completion: num_samples for every estimator (mean_field: 1 by default; the paired forms: 2
+    per pair; sdmc: one per node and repeat)."""
     _check_name(name)
-    k = default_num_samples(name) if num_samples is None else num_samples
-    check_num_samples(k, even=name == "coupled")
+    k = default_num_samples(name, nodes) if num_samples is None else num_samples
+    check_num_samples(k, even=name in PAIRED)
+    unit = passes_per_unit(name, nodes)
+    if k % unit:
+        raise ValueError(f"num_samples={k} must be a multiple of {unit} for estimator {name!r} ({nodes} nodes)")
     return k
 
 
@@ -515,8 +695,9 @@ def estimate_likelihood(
     the model attends as visible, unmasked, unscored context (a diffusion rollout's EOS tail after the first EOS, which
     the model saw while generating); mask_context=True shows those positions as mask tokens instead (the official
     StableDRL code). num_samples / p_mask_prompt None take the estimator's defaults (mean_field: 1 / 0.15;
-    mc_elbo, mc_elbo_inv_t: 2 / 0; block_random: 2 / 0.15; coupled: 2 / 0). Extra keyword arguments go to the estimator
-    (mc_elbo*: t_sampling, eps; block_random: block_size).
+    mc_elbo, mc_elbo_inv_t: 2 / 0; block_random, block_random_coupled: 2 / 0.15; coupled: 2 / 0; sdmc: nodes / 0;
+    sdmc_coupled: 2 nodes / 0). Extra keyword arguments go to the estimator (mc_elbo*: t_sampling, eps;
+    block_random*: block_size; sdmc*: nodes).
     """
     _check_name(name)
     fn = ESTIMATORS[name]

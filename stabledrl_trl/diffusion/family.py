@@ -37,7 +37,7 @@ from .adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
 from .block_estimators import StaircaseLogits, staircase_estimate
 from .block_sampler import block_generate
 from .dream_sampler import generate as dream_generate
-from .estimators import LikelihoodEstimate, estimate_likelihood, estimator_cost
+from .estimators import LikelihoodEstimate, default_num_samples, estimate_likelihood, estimator_cost
 from .sampler import SamplerOutput
 from .sampler import generate as llada_generate
 
@@ -246,12 +246,16 @@ class DiffusionFamily:
         return realign_shifted_logits(logits, attention_mask) if self.shifted_logits else logits
 
     def num_mc_samples(self, args) -> int:
-        """Monte-Carlo mask samples per estimate under `args`."""
-        return 1 if args.likelihood_estimator == "mean_field" else args.mc_samples
+        """Monte-Carlo mask samples per estimate under `args`: mc_samples, or the estimator's default when unset."""
+        if getattr(args, "mc_samples", None) is not None:
+            return args.mc_samples
+        return default_num_samples(args.likelihood_estimator, estimator_options(args).get("nodes", 3))
 
     def estimator_passes(self, args) -> int:
         """Forward passes per completion for one estimate under `args` (logged as stabledrl/estimator_passes)."""
-        return estimator_cost(args.likelihood_estimator, self.num_mc_samples(args))
+        return estimator_cost(
+            args.likelihood_estimator, self.num_mc_samples(args), estimator_options(args).get("nodes", 3)
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -295,7 +299,7 @@ class MaskedDiffusionFamily(DiffusionFamily):
             p_mask_prompt=args.p_mask_prompt,
             chunk_size=args.estimator_chunk_size,
             eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
-            **({"block_size": args.estimator_block_size} if name == "block_random" else {}),
+            **estimator_options(args),
         )
         est.token_logps, est.token_entropy = est.token_logps[:, :c], est.token_entropy[:, :c]  # (B, C)
         return est
@@ -394,8 +398,18 @@ class BlockDiffusionFamily(DiffusionFamily):
             p_mask_prompt=args.p_mask_prompt,
             chunk_size=args.estimator_chunk_size,
             eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
-            estimator_block_size=args.estimator_block_size if name == "block_random" else None,
+            **{("estimator_block_size" if k == "block_size" else k): v for k, v in estimator_options(args).items()},
         )
+
+
+def estimator_options(args) -> dict:
+    """The estimator's own keyword arguments under `args`: block_size for the block-random estimators, nodes for sdmc."""
+    name = args.likelihood_estimator
+    if name in ("block_random", "block_random_coupled"):
+        return {"block_size": args.estimator_block_size}
+    if name in ("sdmc", "sdmc_coupled"):
+        return {"nodes": getattr(args, "sdmc_nodes", None) or 3}
+    return {}
 
 
 class LLaDA2Family(BlockDiffusionFamily):

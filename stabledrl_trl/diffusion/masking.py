@@ -18,7 +18,9 @@ Samplers (see `stabledrl_trl.diffusion.estimators` for the estimates built on th
 - `random_ratio_masks`: one ratio t per sample, each real completion token masked with p = eps + (1 - eps) t
   (LLaDA / MDLM); at least one masked token per sample.
 - `block_random_masks`: SPG's block-random scheme used by the official StableDRL code.
+- `block_random_coupled_masks`: block-random masks in complementary pairs inside the chosen block (same marginal).
 - `coupled_masks`: pairs of complementary masks over the real completion tokens (DiffuCoder / ESPO).
+- `sdmc_masks`: fixed Gauss-Legendre times t, round(t L) random positions per node, optionally in complementary pairs.
 Each of them also masks real prompt tokens independently with probability `p_mask_prompt`.
 """
 
@@ -188,7 +190,8 @@ class Masks:
     prompt: (B, K, P) bool; completion: (B, K, C) bool; mask_prob: (B, K) the per-token masking probability of the
     completion in each sample (random-ratio sampler only); block: (B, K) index of the chosen block (block-random
     sampler only; the number of blocks when the row has no real token); fallback: (B, K) bool, True where the
-    random-ratio draw masked no real token and one was masked by the at-least-one rule (random-ratio sampler only).
+    random-ratio draw masked no real token and one was masked by the at-least-one rule (random-ratio sampler only);
+    weight: (B, K) float64 quadrature weight of each sample, summing to 1 per row (semi-deterministic sampler only).
     """
 
     prompt: Tensor
@@ -196,6 +199,7 @@ class Masks:
     mask_prob: Tensor | None = None
     block: Tensor | None = None
     fallback: Tensor | None = None
+    weight: Tensor | None = None
 
 
 def prompt_masks(seed: Seed, prompt_mask: Tensor, num_samples: int, p_mask_prompt: float) -> Tensor:
@@ -291,6 +295,71 @@ def random_ratio_masks(
     return Masks(prompt, completion, mask_prob=p, fallback=fallback)
 
 
+def _choose_blocks(seed: int | Tensor, real: Tensor, block_size: int, num: int):
+    """The official block choice for `num` draws per row (see `block_random_masks`).
+
+    real (B, C) bool. Returns chosen (B, num) block indices (NB for a row without real tokens), block_of (C,) the block
+    of each completion column, real_per_block (B, NB) and NB.
+    """
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}; SPG uses block_size=32")
+    B, C = real.shape
+    device = real.device
+    block_of = _completion_positions(C, device) // block_size  # (C,)
+    num_blocks = (C + block_size - 1) // block_size
+    one_hot = block_of[:, None] == torch.arange(num_blocks, device=device)[None, :]  # (C, NB)
+    real_per_block = (real[:, :, None] & one_hot[None]).sum(dim=1)  # (B, NB)
+    has_real = real_per_block > 0  # (B, NB)
+    n_blocks_real = has_real.sum(dim=-1)  # (B,)
+    u_perm = _grid_uniform(seed, STREAM_BLOCK, B, 1, torch.arange(num_blocks, device=device))[:, 0]  # (B, NB)
+    perm = u_perm.argsort(dim=-1, stable=True)  # (B, NB) a uniformly random permutation of the canvas blocks
+    entry = perm[:, torch.arange(num, device=device) % num_blocks]  # (B, num)
+    # index among the blocks holding real tokens, then the block it is (the (idx+1)-th such block)
+    idx = entry % n_blocks_real[:, None].clamp(min=1)  # (B, num)
+    rank_real = has_real.long().cumsum(dim=-1) - 1  # (B, NB): index of each real-holding block among them
+    is_chosen = has_real[:, None, :] & (rank_real[:, None, :] == idx[..., None])  # (B, num, NB)
+    chosen = torch.where(is_chosen.any(-1), is_chosen.long().argmax(-1), torch.full_like(idx, num_blocks))
+    return chosen, block_of, real_per_block, num_blocks
+
+
+def _block_random_layout(seed, prompt_mask, completion_mask, num_samples, block_size, p_mask_prompt, pairs: bool):
+    """Shared body of `block_random_masks` (pairs=False) and `block_random_coupled_masks` (pairs=True)."""
+    _check_pair(prompt_mask, completion_mask)
+    check_num_samples(num_samples, even=pairs)
+    check_probability("p_mask_prompt", p_mask_prompt)
+    seed = resolve_seed(seed, completion_mask.shape[0])
+    B, C = completion_mask.shape
+    K = num_samples
+    draws = K // 2 if pairs else K  # one block, count and subset per draw (a pair shares them)
+    device = completion_mask.device
+    real = completion_mask.bool()  # (B, C)
+    pos = _completion_positions(C, device)
+    chosen, block_of, real_per_block, num_blocks = _choose_blocks(seed, real, block_size, draws)  # (B, D)
+
+    zero = torch.zeros(1, dtype=torch.long, device=device)
+    n_in = torch.gather(real_per_block, 1, chosen.clamp(max=num_blocks - 1))  # (B, D) real tokens in the block
+    n_in = torch.where(chosen < num_blocks, n_in, torch.zeros_like(n_in))
+    u_count = _grid_uniform(seed, STREAM_COUNT, B, draws, zero)[..., 0]  # (B, D)
+    count = torch.minimum((u_count * n_in).floor().long() + 1, n_in)  # (B, D) uniform in [1, n_in]
+    u_subset = _grid_uniform(seed, STREAM_SUBSET, B, draws, pos)  # (B, D, C)
+    inside = (block_of[None, None, :] == chosen[..., None]) & real[:, None, :]  # (B, D, C)
+    in_block = _select_lowest(u_subset, inside, count)  # (B, D, C)
+    if pairs:
+        # pass 2q masks the complement of pass 2q+1's subset inside the block; a full block (count = n_in) is
+        # masked in both passes, so each pass on its own has block_random's distribution
+        second = torch.where((count == n_in)[..., None], in_block, inside & ~in_block)
+        in_block = torch.stack([in_block, second], dim=2).reshape(B, K, C)  # (B, K, C)
+        chosen = chosen.repeat_interleave(2, dim=1)  # (B, K)
+
+    blk = block_of[None, None, :]  # (1, 1, C)
+    real3 = real[:, None, :]  # (B, 1, C)
+    later = (blk > chosen[..., None]) & real3  # (B, K, C)
+    earlier = (blk < chosen[..., None]) & real3
+    u_early = _grid_uniform(seed, STREAM_COMPLETION, B, K, pos)  # (B, K, C), one draw per pass
+    completion = later | in_block | (earlier & (u_early < p_mask_prompt))
+    return Masks(prompt_masks(seed, prompt_mask, K, p_mask_prompt), completion, block=chosen)
+
+
 def block_random_masks(
     seed: Seed,
     prompt_mask: Tensor,
@@ -314,49 +383,31 @@ def block_random_masks(
     uniformly random subset of that size); mask real tokens of earlier blocks and real prompt tokens independently
     with probability p_mask_prompt.
     """
-    _check_pair(prompt_mask, completion_mask)
-    check_num_samples(num_samples)
-    check_probability("p_mask_prompt", p_mask_prompt)
-    seed = resolve_seed(seed, completion_mask.shape[0])
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}; SPG uses block_size=32")
-    B, C = completion_mask.shape
-    K = num_samples
-    device = completion_mask.device
-    real = completion_mask.bool()  # (B, C)
-    pos = _completion_positions(C, device)
-    block_of = pos // block_size  # (C,)
-    num_blocks = (C + block_size - 1) // block_size
-    one_hot = block_of[:, None] == torch.arange(num_blocks, device=device)[None, :]  # (C, NB)
-    real_per_block = (real[:, :, None] & one_hot[None]).sum(dim=1)  # (B, NB)
-    has_real = real_per_block > 0  # (B, NB)
-    n_blocks_real = has_real.sum(dim=-1)  # (B,)
+    return _block_random_layout(seed, prompt_mask, completion_mask, num_samples, block_size, p_mask_prompt, False)
 
-    zero = torch.zeros(1, dtype=torch.long, device=device)
-    u_perm = _grid_uniform(seed, STREAM_BLOCK, B, 1, torch.arange(num_blocks, device=device))[:, 0]  # (B, NB)
-    perm = u_perm.argsort(dim=-1, stable=True)  # (B, NB) a uniformly random permutation of the canvas blocks
-    entry = perm[:, torch.arange(K, device=device) % num_blocks]  # (B, K)
-    # index among the blocks holding real tokens, then the block it is (the (idx+1)-th such block)
-    idx = entry % n_blocks_real[:, None].clamp(min=1)  # (B, K)
-    rank_real = has_real.long().cumsum(dim=-1) - 1  # (B, NB): index of each real-holding block among them
-    is_chosen = has_real[:, None, :] & (rank_real[:, None, :] == idx[..., None])  # (B, K, NB)
-    chosen = torch.where(is_chosen.any(-1), is_chosen.long().argmax(-1), torch.full_like(idx, num_blocks))  # (B, K)
 
-    blk = block_of[None, None, :]  # (1, 1, C)
-    later = blk > chosen[..., None]  # (B, K, C)
-    inside = blk == chosen[..., None]
-    earlier = blk < chosen[..., None]
-    real3 = real[:, None, :]  # (B, 1, C)
+def block_random_coupled_masks(
+    seed: Seed,
+    prompt_mask: Tensor,
+    completion_mask: Tensor,
+    *,
+    num_samples: int,
+    block_size: int = 32,
+    p_mask_prompt: float = 0.15,
+) -> Masks:
+    """Block-random masks in complementary pairs: the low-variance form of the official estimator's masks.
 
-    n_in = torch.gather(real_per_block, 1, chosen.clamp(max=num_blocks - 1))  # (B, K) real tokens in the block
-    u_count = _grid_uniform(seed, STREAM_COUNT, B, K, zero)[..., 0]  # (B, K)
-    count = torch.minimum((u_count * n_in).floor().long() + 1, n_in)  # (B, K) uniform in [1, n_in]
-    u_subset = _grid_uniform(seed, STREAM_SUBSET, B, K, pos)  # (B, K, C)
-    in_block = _select_lowest(u_subset, inside & real3, count)
-
-    u_early = _grid_uniform(seed, STREAM_COMPLETION, B, K, pos)  # (B, K, C)
-    completion = (later & real3) | in_block | (earlier & real3 & (u_early < p_mask_prompt))
-    return Masks(prompt_masks(seed, prompt_mask, K, p_mask_prompt), completion, block=chosen)
+    Passes 2q and 2q+1 share one block, chosen as `block_random_masks` chooses the block of sample q (entry q of the
+    row's permutation of the canvas blocks, so pairs take different blocks, antithetically), and mask every real
+    token of the later blocks. Inside the block, a count l uniform in [1, n_b] (n_b its real tokens) and a uniformly
+    random subset A of that size: pass 2q masks A, pass 2q+1 masks the block's other real tokens (for l = n_b, the
+    whole block again). Earlier blocks and the prompt are masked independently per pass with probability
+    p_mask_prompt. Each pass on its own has exactly `block_random_masks`' distribution (the complement of a uniform
+    l-subset is a uniform (n_b - l)-subset, and n_b - l is uniform in [0, n_b - 1] with 0 replaced by n_b), so any
+    average over passes keeps block_random's expectation; within a pair every in-block token is masked exactly once
+    (l < n_b). num_samples counts passes and must be even.
+    """
+    return _block_random_layout(seed, prompt_mask, completion_mask, num_samples, block_size, p_mask_prompt, True)
 
 
 def coupled_masks(
@@ -390,3 +441,87 @@ def coupled_masks(
     second = torch.where(single, first, second)
     completion = torch.stack([first, second], dim=2).reshape(B, num_samples, C)  # (B, K, C): pass 2q, 2q+1
     return Masks(prompt_masks(seed, prompt_mask, num_samples, p_mask_prompt), completion)
+
+
+SDMC_MAX_NODES = 5
+
+
+def gauss_legendre_times(nodes: int) -> tuple[Tensor, Tensor]:
+    """Gauss-Legendre nodes mapped to t in (0, 1) and their weights (summing to 1), both (nodes,) float64.
+
+    t_i = (x_i + 1) / 2 and w_i / 2 for the n-point rule (x_i, w_i) on [-1, 1] (numpy.polynomial.legendre.leggauss).
+    """
+    import numpy as np
+
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= SDMC_MAX_NODES:
+        raise ValueError(
+            f"nodes must be an int in [1, {SDMC_MAX_NODES}] (Gauss-Legendre points over t), got {nodes!r}"
+        )
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    return torch.from_numpy((x + 1.0) / 2.0), torch.from_numpy(w / 2.0)
+
+
+def sdmc_counts(n_real: Tensor, nodes: int, *, coupled: bool = False) -> Tensor:
+    """(B, nodes) number of real completion tokens masked at each node: round(t_i * n_real), at least 1.
+
+    Rounding is half up (floor(x + 1/2)). With `coupled`, a node's pass and its complement must both mask something,
+    so the count is also at most n_real - 1 (a row with one real token masks it in both passes).
+    """
+    t, _ = gauss_legendre_times(nodes)
+    n = n_real.to(torch.float64)[:, None]  # (B, 1)
+    count = torch.floor(t.to(n.device)[None, :] * n + 0.5).long()  # (B, nodes)
+    upper = (n_real[:, None] - 1).clamp(min=1) if coupled else n_real[:, None].clamp(min=1)
+    return torch.minimum(count.clamp(min=1), upper)
+
+
+def sdmc_masks(
+    seed: Seed,
+    prompt_mask: Tensor,
+    completion_mask: Tensor,
+    *,
+    num_samples: int | None = None,
+    nodes: int = 3,
+    coupled: bool = False,
+    p_mask_prompt: float = 0.0,
+) -> Masks:
+    """Semi-deterministic Monte-Carlo masks (GDPO; Block-R1, NeMo-RL): fixed Gauss-Legendre times t_i, random positions.
+
+    One repeat is one pass per node (two with `coupled`); num_samples counts passes and must be a multiple of that
+    (None: one repeat). Pass layout: k = (r * nodes + i) * h + j, r the repeat, i the node, h = 2 if coupled else 1,
+    j the half of the pair. At node i a uniformly random subset of `sdmc_counts` real completion tokens is masked;
+    with `coupled` the second pass of the node masks the complement (every real token masked exactly once per pair).
+    `weight` (B, K) holds each pass's quadrature weight w_i / (h * R) (summing to 1 per row): the estimate is
+    sum_k weight_k * (mean of log p over the pass's masked real tokens). Real prompt tokens are masked per pass with
+    probability p_mask_prompt.
+    """
+    _check_pair(prompt_mask, completion_mask)
+    check_probability("p_mask_prompt", p_mask_prompt)
+    _, w = gauss_legendre_times(nodes)
+    per_repeat = nodes * (2 if coupled else 1)
+    if num_samples is None:
+        num_samples = per_repeat
+    check_num_samples(num_samples)
+    if num_samples % per_repeat:
+        raise ValueError(
+            f"num_samples={num_samples} must be a multiple of {per_repeat} ({nodes} nodes"
+            f"{' x 2 coupled passes' if coupled else ''}, one repeat); pass e.g. num_samples={per_repeat}"
+        )
+    seed = resolve_seed(seed, completion_mask.shape[0])
+    B, C = completion_mask.shape
+    R = num_samples // per_repeat
+    device = completion_mask.device
+    real = completion_mask.bool()  # (B, C)
+    count = sdmc_counts(real.sum(-1), nodes, coupled=coupled)  # (B, n)
+    count = count[:, None, :].expand(B, R, nodes).reshape(B, R * nodes)  # (B, R*n)
+    u_subset = _grid_uniform(seed, STREAM_SUBSET, B, R * nodes, _completion_positions(C, device))  # (B, R*n, C)
+    first = _select_lowest(u_subset, real[:, None, :].expand(B, R * nodes, C), count)  # (B, R*n, C)
+    weight = w.to(device=device, dtype=torch.float64).repeat(R) / R  # (R*n,)
+    if coupled:
+        single = (real.sum(-1) == 1)[:, None, None]  # (B, 1, 1): one real token, masked in both passes
+        second = torch.where(single, first, real[:, None, :] & ~first)
+        completion = torch.stack([first, second], dim=2).reshape(B, num_samples, C)
+        weight = weight.repeat_interleave(2) / 2
+    else:
+        completion = first
+    weight = weight[None, :].expand(B, num_samples).clone()  # (B, K)
+    return Masks(prompt_masks(seed, prompt_mask, num_samples, p_mask_prompt), completion, weight=weight)

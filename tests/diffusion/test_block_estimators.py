@@ -11,7 +11,12 @@ from safetensors.torch import load_file
 
 import stabledrl_trl  # noqa: F401
 from stabledrl_trl.diffusion.block_estimators import StaircaseLogits, staircase_estimate
-from stabledrl_trl.diffusion.masking import mean_field_masks, random_ratio_masks
+from stabledrl_trl.diffusion.masking import (
+    block_random_coupled_masks,
+    mean_field_masks,
+    random_ratio_masks,
+    sdmc_masks,
+)
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sdar-tiny"
 LLADA2_FIXTURE = Path(__file__).parent.parent / "fixtures" / "llada2-tiny"
@@ -102,17 +107,38 @@ def test_llada2_fixture_two_copy_logits():
     assert (logits - ref["bd2n_logits"][:, :16]).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("name", ["mc_elbo", "mc_elbo_inv_t", "mean_field"])
-def test_matches_one_forward_per_block(name, block_model):
+@pytest.mark.parametrize(
+    "name, K, extra",
+    [
+        ("mc_elbo", 3, {}),
+        ("mc_elbo_inv_t", 3, {}),
+        ("mean_field", 3, {}),
+        ("sdmc", 3, {"nodes": 3}),
+        ("sdmc_coupled", 4, {"nodes": 2}),
+        ("block_random_coupled", 4, {"estimator_block_size": 2}),
+    ],
+)
+def test_matches_one_forward_per_block(name, K, extra, block_model):
     model = block_model(seed=1, num_key_value_heads=2)
     prompt, pmask, comp, cmask = batch()
     seeds = torch.tensor([101, 202])
-    K, p_prompt = 3, 0.3
+    p_prompt = 0.3
     with torch.no_grad():
         est = staircase_estimate(name, model, prompt, pmask, comp, cmask, block_size=4, mask_token_id=MASK,
-                                 seed=seeds, num_samples=K, p_mask_prompt=p_prompt)  # fmt: skip
+                                 seed=seeds, num_samples=K, p_mask_prompt=p_prompt, **extra)  # fmt: skip
     real = cmask.bool()
-    if name == "mean_field":
+    n_real = real.sum(-1)[:, None, None]
+    if name in ("sdmc", "sdmc_coupled", "block_random_coupled"):
+        if name == "block_random_coupled":
+            masks = block_random_coupled_masks(seeds, pmask, cmask, num_samples=K, block_size=2, p_mask_prompt=p_prompt)
+            omega = torch.full((2, K), 1.0 / K, dtype=torch.float64)
+        else:
+            masks = sdmc_masks(seeds, pmask, cmask, num_samples=K, nodes=extra["nodes"], p_mask_prompt=p_prompt,
+                               coupled=name == "sdmc_coupled")  # fmt: skip
+            omega = masks.weight
+        masked = masks.completion & real[:, None]
+        weights = masked * n_real * omega[..., None] / masked.sum(-1, keepdim=True)  # weighted mean over masked
+    elif name == "mean_field":
         masks = mean_field_masks(seeds, pmask, cmask, num_samples=K, p_mask_prompt=p_prompt)
         weights = masks.completion.double() / K
     else:

@@ -20,6 +20,7 @@ from stabledrl_trl.diffusion.estimators import (
     default_num_samples,
     estimate_likelihood,
     estimator_cost,
+    estimator_standard_error,
 )
 from stabledrl_trl.diffusion.masking import random_ratio_masks
 
@@ -94,8 +95,19 @@ OPTIONS = {  # small blocks so block_random has several blocks; K passes per est
     "mc_elbo": dict(num_samples=3, p_mask_prompt=0.3),
     "mc_elbo_inv_t": dict(num_samples=3, t_sampling="stratified"),
     "block_random": dict(num_samples=3, block_size=2),
+    "block_random_coupled": dict(num_samples=4, block_size=2),
     "coupled": dict(num_samples=4, p_mask_prompt=0.3),
+    "sdmc": dict(num_samples=6, nodes=3, p_mask_prompt=0.3),
+    "sdmc_coupled": dict(num_samples=4, nodes=2),
 }
+
+
+def gauss_weights(name, nodes, K):
+    """Each pass's weight in the sdmc estimate, from numpy's Gauss-Legendre rule: w_i / 2 per node, / repeats."""
+    w = np.polynomial.legendre.leggauss(nodes)[1] / 2
+    if name == "sdmc_coupled":
+        w = np.repeat(w, 2) / 2
+    return np.tile(w, K // len(w)) / (K // len(w))
 
 
 def run(name, fn, batch, seed=0, **kw):
@@ -212,6 +224,72 @@ def _coupled_expectation(elp, n):
     return total
 
 
+def _count_means(elp, n):
+    """h[m] = mean over the uniformly random m-subsets S of the mean of elp[S] over S, m = 1..n (h[0] unused)."""
+    h = [math.nan]
+    for m in range(1, n + 1):
+        values = []
+        for subset in combinations(range(n), m):
+            S = tuple(i in subset for i in range(n))
+            values.append(sum(elp[S][i] for i in subset) / m)
+        h.append(sum(values) / len(values))
+    return h
+
+
+def _gauss(nodes):
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    return (x + 1) / 2, w / 2
+
+
+def _sdmc_expectation(elp, n, nodes, coupled=False, inv_t=False):
+    """Exact expectation of the sdmc estimate: sum_i w_i h[m_i], m_i = max(1, floor(t_i n + 1/2)) (coupled: at most
+    n - 1, and the complement's h[n - m_i] averaged in); inv_t weighs node i by m_i / (t_i n) (the 1/t form)."""
+    h = _count_means(elp, n)
+    total = 0.0
+    for t, w in zip(*_gauss(nodes)):
+        m = max(1, math.floor(t * n + 0.5))
+        if coupled:
+            m = min(m, max(n - 1, 1))
+            total += w * (h[m] + h[n - m if n > 1 else 1]) / 2
+        else:
+            total += w * h[m] * (m / (t * n) if inv_t else 1.0)
+    return total
+
+
+def _block_random_coupled_expectation(elp, n, block_size, q, canvas_blocks):
+    """Expectation of the block_random_coupled estimate from its own description, by enumerating every pair: block b
+    (the official choice), count l uniform in [1, n_b], subset A of the block; pass 1 masks A, pass 2 the block's
+    other tokens (the whole block again when l = n_b); both mask every later block and draw the earlier blocks'
+    masks independently with probability q; the pair's value is the mean of the two passes' per-token means."""
+    blocks = [list(range(b, min(b + block_size, n))) for b in range(0, n, block_size)]
+    c = len(blocks)
+    p_block = [sum(e % c == b for e in range(canvas_blocks)) / canvas_blocks for b in range(c)]
+
+    def mean_over_earlier(masked_now, earlier):
+        total = 0.0
+        for E in product([False, True], repeat=len(earlier)):
+            S = list(masked_now)
+            for i, e in zip(earlier, E):
+                S[i] = e
+            S = tuple(S)
+            prob = math.prod(q if e else 1 - q for e in E)
+            total += prob * sum(elp[S][i] for i in range(n) if S[i]) / sum(S)
+        return total
+
+    total = 0.0
+    for bi, blk in enumerate(blocks):
+        later = [i for b in blocks[bi + 1 :] for i in b]
+        earlier = [i for b in blocks[:bi] for i in b]
+        for size in range(1, len(blk) + 1):
+            for A in combinations(blk, size):
+                second = A if size == len(blk) else tuple(i for i in blk if i not in A)
+                prob = p_block[bi] / len(blk) / math.comb(len(blk), size)
+                for masked in (A, second):
+                    now = [i in masked or i in later for i in range(n)]
+                    total += prob * mean_over_earlier(now, earlier) / 2
+    return total
+
+
 EXACT_CASES = {
     "mean_field": dict(num_samples=1, p_mask_prompt=0.3),
     "mc_elbo": dict(num_samples=2, p_mask_prompt=0.0),
@@ -219,7 +297,10 @@ EXACT_CASES = {
     "mc_elbo_inv_t": dict(num_samples=2, p_mask_prompt=0.0),
     "mc_elbo_inv_t_stratified": dict(num_samples=2, p_mask_prompt=0.0, t_sampling="stratified", eps=0.05),
     "block_random": dict(num_samples=2, p_mask_prompt=0.3, block_size=2),
+    "block_random_coupled": dict(num_samples=2, p_mask_prompt=0.3, block_size=2),
     "coupled": dict(num_samples=2, p_mask_prompt=0.25),
+    "sdmc": dict(num_samples=3, p_mask_prompt=0.2, nodes=3),
+    "sdmc_coupled": dict(num_samples=4, p_mask_prompt=0.0, nodes=2),
 }
 
 
@@ -235,16 +316,19 @@ def test_monte_carlo_mean_matches_exact_expectation(model, case):
         exact = float(np.mean(elp[(True,) * n]))
     elif name in ("mc_elbo", "mc_elbo_inv_t"):
         exact = _ratio_expectation(elp, n, opts.get("eps", 1e-3), inv_t=name == "mc_elbo_inv_t")
-    elif name == "block_random":
-        # a 3-block canvas holding 2 real blocks: blocks chosen with probabilities 2/3, 1/3
+    elif name in ("block_random", "block_random_coupled"):
+        # a 3-block canvas holding 2 real blocks: blocks chosen with probabilities 2/3, 1/3; the coupled form has
+        # block_random's expectation (its own enumeration: test_block_random_coupled_pairs_enumerate_to_block_random)
         exact = _block_random_expectation(elp, n, opts["block_size"], opts["p_mask_prompt"], canvas_blocks=3)
+    elif name in ("sdmc", "sdmc_coupled"):
+        exact = _sdmc_expectation(elp, n, opts["nodes"], coupled=name == "sdmc_coupled")
     else:
         exact = _coupled_expectation(elp, n)
 
     # Rows of one batch are independent replicates (their masks hash the row index); two seeds, 3000 rows each,
     # with one padding column on each side so the layout is not the trivial one.
     N = 3000
-    batch = make_batch([prompt] * N, [completion] * N, P=3, C=6 if name == "block_random" else 4)
+    batch = make_batch([prompt] * N, [completion] * N, P=3, C=6 if name.startswith("block_random") else 4)
     with torch.no_grad():
         est = torch.cat(
             [
@@ -257,6 +341,137 @@ def test_monte_carlo_mean_matches_exact_expectation(model, case):
     se = est.std().item() / math.sqrt(est.numel())
     assert est.std().item() > 0 or name == "mean_field"
     assert abs(est.mean().item() - exact) <= 5 * se + 1e-6, (case, est.mean().item(), exact, se)
+
+
+@pytest.mark.parametrize("completion, block_size, canvas_blocks", [([2, 5, 3], 2, 3), ([2, 5, 3, 6], 3, 4), ([4, 6], 2, 1)])
+def test_block_random_coupled_pairs_enumerate_to_block_random(model, completion, block_size, canvas_blocks):
+    # Every pair enumerated: the coupled form estimates exactly block_random's quantity (the official SPG bound).
+    n = len(completion)
+    elp = _prompt_expectation(_exact_table(model, [3, 4], completion), 2, 0.3)
+    coupled = _block_random_coupled_expectation(elp, n, block_size, 0.3, canvas_blocks)
+    independent = _block_random_expectation(elp, n, block_size, 0.3, canvas_blocks)
+    assert abs(coupled - independent) < 1e-12, (coupled, independent)
+
+
+def test_block_random_coupled_mean_equals_block_randoms_mean(model):
+    # Unbiased against block_random's Monte-Carlo mean: 3 real blocks of 4 on a 4-block canvas, prompt masking on.
+    g = torch.Generator().manual_seed(5)
+    completion = torch.randint(2, 7, (11,), generator=g).tolist()
+    N = 4000
+    batch = make_batch([[3, 4, 5]] * N, [completion] * N, C=16)
+    with torch.no_grad():
+        a, b = (
+            estimate_likelihood(name, model, *batch, mask_token_id=MASK, seed=7, num_samples=4, block_size=4)
+            for name in ("block_random", "block_random_coupled")
+        )
+    se = math.sqrt(a.seq_logps.var().item() / N + b.seq_logps.var().item() / N)
+    assert abs(a.seq_logps.mean().item() - b.seq_logps.mean().item()) <= 5 * se, (a.seq_logps.mean(), b.seq_logps.mean())
+
+
+def test_sdmc_count_weighting_matches_the_elbo_where_the_inv_t_weight_does_not(model):
+    # A 5-token completion: the count masked at node t is round(5 t), far from 5 t at small t (t = 0.047 -> 1 token).
+    completion = [2, 5, 3, 6, 4]
+    n = len(completion)
+    elp = _prompt_expectation(_exact_table(model, [3], completion), 1, 0.0)
+    elbo = _ratio_expectation(elp, n, 1e-9, inv_t=True)  # the 1/t-weighted ELBO / n, integrated over t
+    assert abs(elbo - sum(_count_means(elp, n)[1:]) / n) < 1e-6  # = the mean over counts of the per-token means
+    for nodes in range(1, 6):
+        count_bias = _sdmc_expectation(elp, n, nodes) - elbo
+        inv_t_bias = _sdmc_expectation(elp, n, nodes, inv_t=True) - elbo
+        print(f"nodes {nodes}: bias of the count-weighted form {count_bias:+.4f}, of the 1/t form {inv_t_bias:+.4f}")
+        assert abs(count_bias) < 0.06
+        if nodes != 2:  # two nodes happen to mask 1 and 4 tokens at t = 0.21, 0.79: m / (t n) ~ 0.95, 1.01
+            assert abs(inv_t_bias) > 0.4 and abs(inv_t_bias) > 10 * abs(count_bias)
+    # the implementation's mean is the count-weighted expectation (3 nodes; 3000 rows x 2 seeds)
+    N = 3000
+    batch = make_batch([[3]] * N, [completion] * N)
+    with torch.no_grad():
+        est = torch.cat([
+            estimate_likelihood("sdmc", model, *batch, mask_token_id=MASK, seed=s, nodes=3).seq_logps for s in (0, 1)
+        ]).double()  # fmt: skip
+    se = est.std().item() / math.sqrt(est.numel())
+    assert abs(est.mean().item() - _sdmc_expectation(elp, n, 3)) <= 5 * se + 1e-6
+
+
+def test_sdmc_equals_hand_computation_on_a_toy_model():
+    # The true token's log-probability depends only on how many completion tokens are masked: f(m) = log softmax of
+    # logit 0.5 * (n - m) on token 3 among 7 tokens. Then sdmc = sum_i w_i f(m_i), known by hand.
+    n = 5
+
+    def fn(ids, attn):
+        visible = (ids[:, 2:] != MASK).sum(-1).float()  # (N,) unmasked completion tokens (prompt: 2 columns)
+        logits = torch.zeros(ids.shape[0], ids.shape[1], 7)
+        logits[..., 3] = 0.5 * visible[:, None]
+        return logits
+
+    def f(m):
+        return 0.5 * (n - m) - math.log(math.exp(0.5 * (n - m)) + 6)
+
+    batch = make_batch([[4, 5]] * 2, [[3] * n] * 2)
+    expected = {
+        # t = (1 -+ 1/sqrt 3) / 2 = 0.211, 0.789: round(1.06) = 1, round(3.94) = 4 tokens, weights 1/2
+        ("sdmc", 2): (f(1) + f(4)) / 2,
+        # t = 0.113, 1/2, 0.887: 1, 3 (2.5 rounds up), 4 tokens; weights 5/18, 8/18, 5/18
+        ("sdmc", 3): (5 * f(1) + 8 * f(3) + 5 * f(4)) / 18,
+        # one node at t = 1/2: 3 tokens and their complement of 2, weight 1/2 each
+        ("sdmc_coupled", 1): (f(3) + f(2)) / 2,
+        # nodes 1 and 4 tokens, complements 4 and 1
+        ("sdmc_coupled", 2): (f(1) + f(4) + f(4) + f(1)) / 4,
+    }
+    for (name, nodes), value in expected.items():
+        est = estimate_likelihood(name, fn, *batch, mask_token_id=MASK, seed=0, nodes=nodes)
+        assert torch.allclose(est.seq_logps, torch.full((2,), value), atol=1e-6), (name, nodes, est.seq_logps, value)
+        # repeats average: two repeats give the same value here (positions do not matter to this model)
+        twice = estimate_likelihood(name, fn, *batch, mask_token_id=MASK, seed=0, nodes=nodes,
+                                    num_samples=2 * default_num_samples(name, nodes))  # fmt: skip
+        assert torch.allclose(twice.seq_logps, est.seq_logps, atol=1e-6)
+        assert twice.sample_seq_logps.shape == (2, 2) and est.sample_seq_logps.shape == (2, 1)
+
+
+@pytest.mark.parametrize("length, block_size, K", [(12, 12, 2), (12, 4, 4)])
+def test_block_random_coupled_lowers_variance_at_equal_forward_passes(model, length, block_size, K):
+    # Same rows, seeds and forward passes: one block of 12 (K = 2: one pair) and 3 blocks of 4 (K = 4: two pairs on
+    # different blocks). The per-token mean of a pass weighs a token by 1 / (tokens masked), so a pair whose split is
+    # uneven (l, n - l) keeps most of the smaller side's position noise: the gain is ~0.5-0.7x here, not the ~0.05x
+    # of `coupled` (which estimates a different quantity, each token weighted equally). Fixed seeds: deterministic.
+    g = torch.Generator().manual_seed(3)
+    completion = torch.randint(2, 7, (length,), generator=g).tolist()
+    N = 3000
+    batch = make_batch([[3, 4, 5, 6]] * N, [completion] * N)
+    with torch.no_grad():
+        var = {
+            name: estimate_likelihood(
+                name, model, *batch, mask_token_id=MASK, seed=0, num_samples=K, block_size=block_size,
+                p_mask_prompt=0.0,
+            ).seq_logps.var().item()
+            for name in ("block_random", "block_random_coupled")
+        }  # fmt: skip
+    ratio = var["block_random_coupled"] / var["block_random"]
+    print(f"variance ratio block_random_coupled / block_random at {K} passes: {ratio:.3f}")
+    assert ratio < 0.8, ratio
+
+
+@pytest.mark.parametrize("name, K", [("mc_elbo", 4), ("block_random", 4), ("coupled", 6), ("sdmc", 6)])
+def test_unit_spread_predicts_the_estimates_variance(model, name, K):
+    # sample_seq_logps holds the U independent units; their mean is the estimate, and std / sqrt(U) its standard error:
+    # over 3000 replicate rows the mean squared standard error matches the estimate's variance across rows.
+    g = torch.Generator().manual_seed(1)
+    completion = torch.randint(2, 7, (9,), generator=g).tolist()
+    N = 3000
+    batch = make_batch([[3, 4]] * N, [completion] * N)
+    kw = {"nodes": 3} if name == "sdmc" else {"block_size": 9} if name == "block_random" else {}
+    with torch.no_grad():
+        est = estimate_likelihood(name, model, *batch, mask_token_id=MASK, seed=2, num_samples=K, **kw)
+    U = K // {"coupled": 2, "sdmc": 3}.get(name, 1)
+    assert est.sample_seq_logps.shape == (N, U) and not est.sample_seq_logps.requires_grad
+    assert torch.allclose(est.sample_seq_logps.mean(-1), est.seq_logps, atol=1e-5)
+    se = estimator_standard_error(est.sample_seq_logps)
+    assert torch.allclose(se, est.sample_seq_logps.std(-1) / math.sqrt(U))
+    predicted, actual = (se.double() ** 2).mean().item(), est.seq_logps.double().var().item()
+    print(f"{name}: mean squared standard error {predicted:.5f}, variance across rows {actual:.5f}")
+    # block_random's passes take different blocks of one permutation; with one block they are independent, as here
+    assert abs(predicted / actual - 1) < 0.15, (predicted, actual)
+    assert torch.isnan(estimator_standard_error(est.sample_seq_logps[:, :1])).all()  # one unit: unknown spread
 
 
 def test_exact_expectation_distinguishes_estimators(model):
@@ -326,10 +541,15 @@ def _literal(name, batch, rec, opts, seed, beta=1.5):
             lp = {j: logp_all[row, P + j, cid[b, j]].item() for j in range(C)}
             lps.append(lp)
             masked_sets.append(masked)
-            if name in ("mc_elbo", "block_random"):
+            if name in ("mc_elbo", "block_random", "block_random_coupled"):
                 seq += sum(lp[j] for j in masked) / len(masked) / K
                 for j in masked:
                     tok[j] += n * lp[j] / (K * len(masked))
+            elif name in ("sdmc", "sdmc_coupled"):
+                omega = gauss_weights(name, opts["nodes"], K)[k]
+                seq += omega * sum(lp[j] for j in masked) / len(masked)
+                for j in masked:
+                    tok[j] += omega * n * lp[j] / len(masked)
             elif name == "mc_elbo_inv_t" and not fallback[b, k]:  # a draw that masked nothing is worth 0
                 seq += sum(lp[j] for j in masked) / (p[b, k].item() * n) / K
                 for j in masked:
@@ -454,7 +674,7 @@ def test_padding_other_rows_and_tokens_after_eos_change_nothing(model, name):
         base = run(name, model, batch, seed=1)
         # extra left padding of prompts and extra right padding of completions
         # (block_random permutes the canvas blocks, so its canvas keeps its block count: C 9 -> 10, blocks of 2)
-        _assert_same(base, run(name, model, _pad(batch, 3, 1 if name == "block_random" else 5), seed=1), C=C)
+        _assert_same(base, run(name, model, _pad(batch, 3, 1 if name.startswith("block_random") else 5), seed=1), C=C)
         # other rows replaced: row 1 keeps its estimate (its masks hash its row index, not its neighbours)
         other = make_batch(
             [[6, 6, 6, 6, 6], ROWS[0][1], [2], [3, 3]], [[5], ROWS[1][1], [2, 3, 4, 5, 6, 2, 3], [4, 4]], C=C
@@ -479,7 +699,7 @@ def test_per_row_seed_tensor_makes_rows_layout_independent(model, name):
         shuffled = run(name, model, tuple(t[perm] for t in batch), seed=seeds[perm])
         assert torch.allclose(base.seq_logps[perm], shuffled.seq_logps, atol=1e-5)
         assert torch.allclose(base.eubo[perm], shuffled.eubo, atol=1e-5)
-        right = 1 if name == "block_random" else 3  # same canvas block count for block_random
+        right = 1 if name.startswith("block_random") else 3  # same canvas block count for block_random
         _assert_same(base, run(name, model, _pad(batch, 2, right), seed=seeds), C=batch[2].shape[1])
     with pytest.raises(ValueError, match="one seed per row"):
         run(name, model, batch, seed=seeds[:3])
@@ -499,7 +719,7 @@ class CountingModel(nn.Module):
         return self.inner(input_ids, attention_mask)
 
 
-@pytest.mark.parametrize("name", ["mc_elbo", "block_random", "coupled"])
+@pytest.mark.parametrize("name", ["mc_elbo", "block_random", "block_random_coupled", "coupled", "sdmc_coupled"])
 def test_chunking_gives_equal_estimates_and_gradients(name):
     batch = make_batch(*ROWS)
     K = OPTIONS[name]["num_samples"]
@@ -581,12 +801,22 @@ def test_estimator_cost():
         "mc_elbo": 2,
         "mc_elbo_inv_t": 2,
         "block_random": 2,
+        "block_random_coupled": 2,
         "coupled": 2,
+        "sdmc": 3,
+        "sdmc_coupled": 6,
     }
+    assert default_num_samples("sdmc", nodes=5) == 5 and default_num_samples("sdmc_coupled", nodes=1) == 2
     assert estimator_cost("mean_field") == 1
     assert estimator_cost("mc_elbo", 8) == 8 and estimator_cost("coupled", 4) == 4
-    with pytest.raises(ValueError, match="even"):
-        estimator_cost("coupled", 3)
+    assert estimator_cost("sdmc", None, nodes=4) == 4 and estimator_cost("sdmc_coupled", 8, nodes=2) == 8
+    for name in ("coupled", "block_random_coupled"):
+        with pytest.raises(ValueError, match="even"):
+            estimator_cost(name, 3)
+    with pytest.raises(ValueError, match="multiple of 3"):
+        estimator_cost("sdmc", 4)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        estimator_cost("sdmc_coupled", 6, nodes=2)
     with pytest.raises(ValueError, match="unknown likelihood estimator"):
         estimator_cost("elbo", 2)
 
@@ -619,6 +849,12 @@ def test_bad_arguments_raise_value_error(model):
         (dict(name="coupled", num_samples=3), "even"),
         (dict(block_size=4), "does not take"),
         (dict(name="block_random", block_size=0), "block_size"),
+        (dict(name="block_random_coupled", num_samples=3), "even"),
+        (dict(name="sdmc", nodes=6), "nodes"),
+        (dict(name="sdmc", nodes=0), "nodes"),
+        (dict(name="sdmc", num_samples=4), "multiple of 3"),
+        (dict(name="sdmc_coupled", num_samples=3, nodes=1), "multiple of 2"),
+        (dict(name="sdmc", block_size=2), "does not take"),
         (dict(num_samples=0), "num_samples"),
         (dict(p_mask_prompt=2.0), "p_mask_prompt"),
         (dict(chunk_size=0), "chunk_size"),

@@ -122,6 +122,20 @@ def test_sdar_family_uses_the_block_sampler_and_staircase_estimates(tiny_tokeniz
                                       block_size=4, mask_token_id=adapter.mask_token_id, seed=seeds, num_samples=3)  # fmt: skip
     torch.testing.assert_close(est.token_logps, expected.token_logps, rtol=0, atol=0)
     assert family.estimator_passes(args) == 3
+    # the estimators' own options reach the staircase estimate: sdmc's nodes, block_random_coupled's blocks
+    for kw, own in (
+        (dict(likelihood_estimator="sdmc", sdmc_nodes=2), dict(nodes=2, num_samples=2)),
+        (dict(likelihood_estimator="block_random_coupled", estimator_block_size=2), dict(estimator_block_size=2)),
+    ):
+        args = _args(tmp_path, **kw)
+        with torch.no_grad():
+            est = family.estimate(adapter, prompt, mask, out.completion_ids, out.completion_mask, args, seeds=seeds,
+                                  fill_token_id=0)  # fmt: skip
+            expected = staircase_estimate(kw["likelihood_estimator"], model, prompt, mask, out.completion_ids,
+                                          out.completion_mask, block_size=4, mask_token_id=adapter.mask_token_id,
+                                          seed=seeds, **own)  # fmt: skip
+        torch.testing.assert_close(est.token_logps, expected.token_logps, rtol=0, atol=0)
+        assert family.estimator_passes(args) == 2
 
 
 def _tiny_dream():

@@ -7,6 +7,7 @@ import torch
 
 from stabledrl_trl.diffusion.masking import (
     _mul32,
+    block_random_coupled_masks,
     block_random_masks,
     counter_uniform,
     coupled_masks,
@@ -15,6 +16,8 @@ from stabledrl_trl.diffusion.masking import (
     prompt_masks,
     random_ratio_masks,
     resolve_seed,
+    sdmc_counts,
+    sdmc_masks,
 )
 
 
@@ -144,6 +147,13 @@ def _all_samplers(K=4):
             s, pm, cm, num_samples=K, block_size=3, p_mask_prompt=0.5
         ),
         "coupled": lambda s, pm, cm: coupled_masks(s, pm, cm, num_samples=K, p_mask_prompt=0.5),
+        "block_random_coupled": lambda s, pm, cm: block_random_coupled_masks(
+            s, pm, cm, num_samples=K, block_size=3, p_mask_prompt=0.5
+        ),
+        "sdmc": lambda s, pm, cm: sdmc_masks(s, pm, cm, num_samples=K, nodes=2, p_mask_prompt=0.5),
+        "sdmc_coupled": lambda s, pm, cm: sdmc_masks(
+            s, pm, cm, num_samples=K, nodes=1, coupled=True, p_mask_prompt=0.5
+        ),
     }
 
 
@@ -166,7 +176,7 @@ def test_masks_invariant_to_padding_width_and_other_rows(name):
     # 3 extra left-padding columns on prompts, 4 extra right-padding columns on completions. block_random permutes
     # the canvas blocks (as the official code), so its canvas width is part of the input: only the prompt is
     # widened for it (the trainer always passes the fixed max_completion_length canvas).
-    extra = 0 if name == "block_random" else 4
+    extra = 0 if name.startswith("block_random") else 4
     wide = sampler(
         11,
         torch.cat([torch.zeros(8, 3, dtype=torch.long), prompt_mask], 1),
@@ -314,6 +324,79 @@ def test_block_random_choice_follows_one_permutation_of_the_canvas_blocks():
     m10 = block_random_masks(11, prompt_mask[:50], completion_mask[:50], num_samples=NB + 2, block_size=bs)
     assert torch.equal(m10.block[:, NB:], m10.block[:, :2])
     assert torch.equal(m10.block[:, :2], m.block[:50])  # the first samples do not depend on K
+
+
+def test_block_random_coupled_pairs_split_one_block_and_pass_alone_like_block_random():
+    B, K, C, bs, p = 4000, 4, 11, 4, 0.3
+    g = torch.Generator().manual_seed(2)
+    lengths = torch.randint(1, C + 1, (B,), generator=g)
+    completion_mask = (torch.arange(C)[None] < lengths[:, None]).long()
+    prompt_mask = torch.ones(B, 7, dtype=torch.long)
+    m = block_random_coupled_masks(3, prompt_mask, completion_mask, num_samples=K, block_size=bs, p_mask_prompt=p)
+    plain = block_random_masks(3, prompt_mask, completion_mask, num_samples=K // 2, block_size=bs, p_mask_prompt=p)
+    real = completion_mask.bool()
+    block_of = torch.arange(C) // bs
+    # pair q shares its block, which is block_random's sample q (the official permutation: pairs antithetic)
+    assert torch.equal(m.block[:, 0::2], m.block[:, 1::2]) and torch.equal(m.block[:, 0::2], plain.block)
+    inside = (block_of[None, None] == m.block[:, 0::2, None]) & real[:, None]  # (B, Q, C)
+    later = (block_of[None, None] > m.block[:, 0::2, None]) & real[:, None]
+    first, second = m.completion[:, 0::2], m.completion[:, 1::2]
+    a, b = first & inside, second & inside
+    n_in = inside.sum(-1)
+    full = a.sum(-1) == n_in
+    # inside the block: the two passes are complements, or both mask the whole block (count = n_b)
+    assert torch.equal((a ^ b)[~full], inside[~full]) and not bool((a & b)[~full].any())
+    assert torch.equal(b[full], inside[full])
+    assert bool(first[later].all()) and bool(second[later].all())  # later blocks fully masked in both passes
+    # each pass alone: count uniform on [1, n_b] (rows whose block holds 4 real tokens), as block_random's
+    four = n_in == bs
+    for half in (a, b):
+        share = torch.bincount(half.sum(-1)[four], minlength=bs + 1)[1:].double() / four.sum()
+        assert bool(((share - 1 / bs).abs() < 5 * math.sqrt(1 / bs * (1 - 1 / bs) / four.sum().item())).all()), share
+    # earlier blocks: independent per pass at rate p
+    earlier = (block_of[None, None] < m.block[..., None]) & real[:, None]
+    e1, e2 = m.completion[:, 0::2][earlier[:, 0::2]].double(), m.completion[:, 1::2][earlier[:, 1::2]].double()
+    both = (m.completion[:, 0::2] & m.completion[:, 1::2])[earlier[:, 0::2]].double()
+    n = e1.numel()
+    assert abs(e1.mean().item() - p) < 5 * math.sqrt(p * (1 - p) / n) and abs(e2.mean().item() - p) < 5 * math.sqrt(
+        p * (1 - p) / n
+    )
+    assert abs(both.mean().item() - p * p) < 5 * math.sqrt(p * p / n)
+
+
+def test_sdmc_masks_fixed_counts_random_positions_and_weights():
+    import numpy as np
+
+    # counts: round(t n), half up, at least 1 (coupled: at most n - 1); n = 1..12 against a literal loop
+    for nodes in range(1, 6):
+        t, w = np.polynomial.legendre.leggauss(nodes)
+        t = (t + 1) / 2
+        for n in range(1, 13):
+            plain = [max(1, int(math.floor(x * n + 0.5))) for x in t]
+            coupled = [min(c, max(n - 1, 1)) for c in plain]
+            assert sdmc_counts(torch.tensor([n]), nodes)[0].tolist() == plain
+            assert sdmc_counts(torch.tensor([n]), nodes, coupled=True)[0].tolist() == coupled
+    B, C = 4000, 7
+    completion_mask = torch.ones(B, C, dtype=torch.long)
+    completion_mask[:, 5:] = 0  # 5 real tokens, 2 padding
+    prompt_mask = torch.ones(B, 2, dtype=torch.long)
+    m = sdmc_masks(5, prompt_mask, completion_mask, num_samples=6, nodes=3)  # two repeats of 3 nodes
+    assert m.completion.shape == (B, 6, C)
+    assert m.completion.sum(-1)[0].tolist() == [1, 3, 4, 1, 3, 4]
+    assert torch.allclose(m.weight[0], torch.tensor([5, 8, 5, 5, 8, 5], dtype=torch.float64) / 36)
+    # positions uniform: each real position masked at node i with probability m_i / 5
+    for k, count in enumerate([1, 3, 4]):
+        rate = m.completion[:, k, :5].double().mean(0)
+        q = count / 5
+        assert bool(((rate - q).abs() < 5 * math.sqrt(q * (1 - q) / B)).all()), rate
+    assert not torch.equal(m.completion[:, 0], m.completion[:, 3])  # repeats draw their own positions
+    c = sdmc_masks(5, prompt_mask, completion_mask, nodes=2, coupled=True)  # one repeat: 4 passes
+    assert torch.equal(c.completion[:, 0] ^ c.completion[:, 1], completion_mask.bool())
+    assert torch.equal(c.completion[:, 2] ^ c.completion[:, 3], completion_mask.bool())
+    assert c.completion.sum(-1)[0].tolist() == [1, 4, 4, 1]
+    assert torch.allclose(c.weight[0], torch.full((4,), 0.25, dtype=torch.float64))
+    with pytest.raises(ValueError, match="multiple of 6"):
+        sdmc_masks(5, prompt_mask, completion_mask, num_samples=4, nodes=3, coupled=True)
 
 
 def test_coupled_masks_are_complementary():
