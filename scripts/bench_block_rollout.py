@@ -6,12 +6,14 @@ cache and stores each clean block with one more forward; the recompute mode (`us
 full block-causal forward over prompt + everything generated so far. Attention is block-causal, so the cache is
 exact: the tokens must be identical (checked and printed), only the time differs.
 
-Model: an SDAR-architecture model (`stabledrl_trl.models.sdar.SDARForCausalLM`, Qwen3 with block-causal attention)
-built locally with random weights (no download), sizes below. EOS is excluded from the vocabulary's reachable
+Model (`--model`): an SDAR-architecture model (`stabledrl_trl.models.sdar.SDARForCausalLM`, Qwen3 with block-causal
+attention) or a LLaDA2-architecture MoE model (`stabledrl_trl.models.llada2.LLaDA2MoeModelLM`, 8 routed experts of
+width hidden/2, 2 per token, one shared; first layer dense), built locally with random weights (no download), sizes
+below. With `--model llada2` the sampler runs LLaDA2's rules (whole-block canvas, full-softmax candidates). EOS is excluded from the vocabulary's reachable
 tokens (its logit is never the argmax of a random model anyway, and the EOS id is set outside the vocabulary) so that
 every row generates all `--gen-length` tokens and both modes do the full amount of work.
 
-Usage: python scripts/bench_block_rollout.py [--gen-length 256] [--batch-size 4] [--prompt-length 64] ...
+Usage: python scripts/bench_block_rollout.py [--model sdar|llada2] [--gen-length 256] [--batch-size 4] ...
 Prints a table: mode, seconds, generated tokens/s, speed-up over recompute, token identity.
 """
 
@@ -32,6 +34,7 @@ except ImportError:  # run from a checkout without installing: the package sits 
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="sdar", choices=["sdar", "llada2"], help="architecture of the random model")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:i]")
     p.add_argument("--gen-length", type=int, default=256, help="new tokens per row")
     p.add_argument("--prompt-length", type=int, default=64, help="prompt tokens per row (rows get 0-3 fewer)")
@@ -52,9 +55,29 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def build_model(args):
+    from stabledrl_trl.models.llada2 import LLaDA2MoeConfig, LLaDA2MoeModelLM
     from stabledrl_trl.models.sdar import SDARConfig, SDARForCausalLM
-    from stabledrl_trl.tiny import tiny_sdar_config_dict
+    from stabledrl_trl.tiny import tiny_llada2_config_dict, tiny_sdar_config_dict
 
+    if args.model == "llada2":
+        config = LLaDA2MoeConfig(
+            **tiny_llada2_config_dict(
+                vocab_size=args.vocab_size,
+                hidden_size=args.hidden_size,
+                intermediate_size=4 * args.hidden_size,
+                moe_intermediate_size=args.hidden_size // 2,
+                num_hidden_layers=args.layers,
+                num_attention_heads=args.heads,
+                num_key_value_heads=args.kv_heads,
+                head_dim=args.hidden_size // args.heads,
+                max_position_embeddings=args.prompt_length + args.gen_length + 2 * args.block_size,
+                block_size=args.block_size,
+            )
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(args.seed)
+            model = LLaDA2MoeModelLM(config)
+        return model.to(device=args.device, dtype=getattr(torch, args.dtype)).eval()
     config = SDARConfig(
         **tiny_sdar_config_dict(
             vocab_size=args.vocab_size,
@@ -91,6 +114,8 @@ def run(args) -> list[dict]:
     common = dict(mask_token_id=1, eos_token_ids=[args.vocab_size + 1], pad_token_id=0, block_size=args.block_size,
                   denoising_steps=args.steps, temperature=args.temperature, remasking=args.remasking,
                   generator=torch.arange(B) + args.seed)  # fmt: skip
+    if args.model == "llada2":
+        common.update(whole_blocks=True, mask_candidate=True)
     warm = dict(common, gen_length=2 * args.block_size)
     block_generate(model, prompt, mask, use_cache=True, **warm)
     block_generate(model, prompt, mask, use_cache=False, **warm)
@@ -116,7 +141,7 @@ def run(args) -> list[dict]:
 def print_table(rows, args) -> None:
     print(
         f"block rollouts: batch {args.batch_size}, prompt {args.prompt_length}, {args.gen_length} new tokens, block "
-        f"{args.block_size}, steps/block {args.steps or args.block_size}, SDAR hidden {args.hidden_size} x "
+        f"{args.block_size}, steps/block {args.steps or args.block_size}, {args.model} hidden {args.hidden_size} x "
         f"{args.layers} layers, {args.dtype}, {args.device}"
     )
     print("| mode | seconds | tokens/s | x recompute | forwards | identical tokens |")

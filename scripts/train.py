@@ -62,8 +62,8 @@ class TrainScriptArguments:
     tiny_architecture: str = field(
         default="llada",
         metadata={
-            "help": "Architecture of the tiny model (tiny_model only): 'llada' (full attention) or 'sdar' (block "
-            "diffusion, block size 4)."
+            "help": "Architecture of the tiny model (tiny_model only): 'llada' (full attention), 'sdar' (block "
+            "diffusion, block size 4) or 'llada2' (MoE block diffusion, block size 4)."
         },
     )
     sft_cache_dir: str = field(default=".cache/stabledrl_tiny", metadata={"help": "Cache of the SFT warm-up."})

@@ -49,7 +49,13 @@ TINY_SFT_MODEL = {"d_model": 128, "n_heads": 4, "n_kv_heads": 4, "n_layers": 4, 
 # The tiny SDAR (block diffusion, block 4) of the embedded block-diffusion default, the same size.
 TINY_SFT_SDAR_MODEL = {"hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32,
                        "num_hidden_layers": 4, "intermediate_size": 256}  # fmt: skip
-TINY_ARCHITECTURES = ("llada", "sdar")
+# The tiny LLaDA2 (MoE block diffusion, block 4) of configs/tiny_moe.yaml: the same width, a dense first layer and
+# 3 MoE layers of 8 routed experts (2 per token from 1 of 2 groups) plus one shared expert.
+TINY_SFT_LLADA2_MODEL = {"hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32,
+                         "num_hidden_layers": 4, "intermediate_size": 256, "moe_intermediate_size": 64,
+                         "num_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1}  # fmt: skip
+TINY_ARCHITECTURES = ("llada", "sdar", "llada2")
+TINY_BASE_MODELS = {"llada": TINY_SFT_MODEL, "sdar": TINY_SFT_SDAR_MODEL, "llada2": TINY_SFT_LLADA2_MODEL}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -310,16 +316,16 @@ class MaskedDiffusionSFTTrainer(Trainer):
 
 
 def build_tiny_model(tokenizer, seed: int = 0, architecture: str = "llada", **config_overrides):
-    """A freshly initialised tiny LLaDA (`tiny_llada_config_dict`) or SDAR (`tiny_sdar_config_dict`, architecture
-    "sdar") with the overrides, sized to `tokenizer`.
+    """A freshly initialised tiny LLaDA (`tiny_llada_config_dict`), SDAR (`tiny_sdar_config_dict`, architecture
+    "sdar") or LLaDA2 (`tiny_llada2_config_dict`, architecture "llada2") with the overrides, sized to `tokenizer`.
 
     Initialised from `seed` inside `torch.random.fork_rng`, so the global RNG state is left untouched. The vocabulary,
     mask, EOS and pad ids come from the tokenizer unless overridden.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from . import models  # noqa: F401  (registers model_types "llada" and "sdar")
-    from .tiny import tiny_llada_config_dict, tiny_sdar_config_dict
+    from . import models  # noqa: F401  (registers model_types "llada", "sdar" and "llada2_moe")
+    from .tiny import tiny_llada2_config_dict, tiny_llada_config_dict, tiny_sdar_config_dict
 
     if architecture not in TINY_ARCHITECTURES:
         raise ValueError(f"architecture={architecture!r}: choose one of {list(TINY_ARCHITECTURES)}.")
@@ -334,6 +340,8 @@ def build_tiny_model(tokenizer, seed: int = 0, architecture: str = "llada", **co
     if architecture == "llada":
         defaults["embedding_size"] = len(tokenizer)
         config_dict = tiny_llada_config_dict(**{**defaults, **config_overrides})
+    elif architecture == "llada2":
+        config_dict = tiny_llada2_config_dict(**{**defaults, **config_overrides})
     else:
         defaults["bos_token_id"] = defaults["eos_token_id"]
         config_dict = tiny_sdar_config_dict(**{**defaults, **config_overrides})
@@ -390,7 +398,8 @@ def prepare_sft_model(
     moved into place when complete (with `sft_settings.json` recording the settings), so an interrupted run is never
     mistaken for a finished one. A second call with the same settings returns at once. The tokenizer is the tiny
     char-level one (`stabledrl_trl.tiny.build_tiny_tokenizer`).
-    architecture: "llada" (TINY_SFT_MODEL) or "sdar" (block diffusion, TINY_SFT_SDAR_MODEL).
+    architecture: "llada" (TINY_SFT_MODEL), "sdar" (block diffusion, TINY_SFT_SDAR_MODEL) or "llada2" (MoE block
+    diffusion, TINY_SFT_LLADA2_MODEL).
     training_kwargs: further `MaskedDiffusionSFTConfig` fields (e.g. warmup_steps, weight_decay); they are part of
     the cache key.
 
@@ -409,7 +418,7 @@ def prepare_sft_model(
         raise ValueError(
             f"sft_max_steps={max_steps!r} must be an integer >= 0 (0 skips the SFT warm-up; the default is 200)."
         )
-    base_model = TINY_SFT_MODEL if architecture == "llada" else TINY_SFT_SDAR_MODEL
+    base_model = TINY_BASE_MODELS[architecture]
     model_config = {**base_model, **(model_overrides or {})}
     settings = {
         "task": task,

@@ -32,7 +32,7 @@ from trl.trainer.utils import (
 )
 
 from . import safety
-from .diffusion.adapter import as_diffusion_lm, detect_family
+from .diffusion.adapter import as_diffusion_lm, detect_family, unwrap_model
 from .diffusion.estimators import estimator_standard_error
 from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
@@ -192,6 +192,29 @@ def _wrap_reward_func(func):
         return _check_reward_output(name, out, len(completions))
 
     return wrapped
+
+
+def expert_load_entropy(model) -> dict[str, float]:
+    """Routing health of a mixture-of-experts model, then a reset of the counts it read.
+
+    Every router module exposing `expert_load` (E,) (tokens routed to each expert since its last reset, e.g.
+    LLaDA2's `mlp.gate`) gives the normalised entropy H(p) / log E of p = load / sum(load): 1 = a uniform load,
+    0 = every token on one expert (a routing collapse). Returns {"moe/expert_load_entropy": mean over routers,
+    "moe/expert_load_entropy_min": the lowest router}, or {} for a model without routers.
+    """
+    values = []
+    for module in unwrap_model(model).modules():
+        load = getattr(module, "expert_load", None)
+        if not isinstance(load, torch.Tensor) or load.dim() != 1 or load.numel() < 2:
+            continue
+        total = float(load.sum())
+        if total > 0:
+            p = load.double() / total  # (E,)
+            values.append(float(-(p * p.clamp_min(1e-300).log()).sum()) / math.log(load.numel()))
+        load.zero_()
+    if not values:
+        return {}
+    return {"moe/expert_load_entropy": sum(values) / len(values), "moe/expert_load_entropy_min": min(values)}
 
 
 def check_diffusion_setup(args: StableDRLConfig, family) -> None:
@@ -1181,6 +1204,8 @@ class StableDRLTrainer(GRPOTrainer):
         output = super().training_step(model, inputs, num_items_in_batch)
         if self._step % self.current_gradient_accumulation_steps == 0:  # the optimiser step ends here (as TRL)
             self._end_clipping_step()
+            for name, value in expert_load_entropy(model).items():  # routing of this step's forwards (MoE models)
+                self._metrics["train"][name].append(value)
         return output
 
     def _end_clipping_step(self):

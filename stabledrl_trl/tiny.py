@@ -1,4 +1,4 @@
-"""A tiny character-level tokenizer and tiny LLaDA- and SDAR-architecture configs, built locally.
+"""A tiny character-level tokenizer and tiny LLaDA-, SDAR- and LLaDA2-architecture configs, built locally.
 
 Everything here runs without a model hub: tests, the embedded CPU default (`configs/tiny.yaml`) and the benchmarks
 build their tokenizer and model from these functions. The tokenizer follows LLaDA's conventions (a dedicated mask
@@ -109,6 +109,47 @@ def tiny_sdar_config_dict(vocab_size: int = 101, **overrides) -> dict:
         "block_size": 4,
         "mask_token_id": 1,
         "bos_token_id": 0,
+        "eos_token_id": 0,
+        "pad_token_id": 0,
+    }
+    config.update(overrides)
+    return config
+
+
+def tiny_llada2_config_dict(vocab_size: int = 101, **overrides) -> dict:
+    """A LLaDA2-format `config.json` dictionary (the hub's keys, model_type "llada2_moe") for a tiny MoE model.
+
+    Defaults match the tiny tokenizer above (mask 1, EOS/pad 0): block size 4, 3 layers (the first dense, then MoE
+    layers of 8 routed SwiGLU experts in 2 groups, 2 experts per token from 1 group, one shared expert), GQA with
+    partial RoPE and q/k RMSNorm as in LLaDA2.0-mini.
+    """
+    config = {
+        "model_type": "llada2_moe",
+        "architectures": ["LLaDA2MoeModelLM"],
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "num_hidden_layers": 3,
+        "first_k_dense_replace": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "partial_rotary_factor": 0.5,
+        "num_experts": 8,
+        "num_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "n_group": 2,
+        "topk_group": 1,
+        "routed_scaling_factor": 2.5,
+        "hidden_act": "silu",
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "use_qk_norm": True,
+        "tie_word_embeddings": False,
+        "block_size": 4,
+        "mask_token_id": 1,
         "eos_token_id": 0,
         "pad_token_id": 0,
     }

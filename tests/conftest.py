@@ -117,6 +117,26 @@ def tiny_sdar():
 
 
 @pytest.fixture(scope="session")
+def tiny_llada2():
+    """`tiny_llada2(seed=0, **config_overrides)` builds a float32 `LLaDA2MoeModelLM` (MoE block diffusion) from
+    `tiny_llada2_config_dict` in eval mode, weights but the norms drawn N(0, 0.3^2) from `seed`, as `tiny_sdar`."""
+    from stabledrl_trl.models.llada2 import LLaDA2MoeConfig, LLaDA2MoeModelLM
+    from stabledrl_trl.tiny import tiny_llada2_config_dict
+
+    def build(seed: int = 0, **overrides):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = LLaDA2MoeModelLM(LLaDA2MoeConfig(**tiny_llada2_config_dict(**overrides)))
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if not name.endswith("norm.weight"):
+                        p.copy_(0.3 * torch.randn_like(p))
+        return model.eval()
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def llada_fixture_dir() -> Path:
     """tests/fixtures/llada-tiny: a LLaDA checkpoint written by LLaDA's own code, with reference logits."""
     return FIXTURES / "llada-tiny"

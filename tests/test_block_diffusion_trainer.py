@@ -1,5 +1,6 @@
-"""StableDRLTrainer on a tiny SDAR (block diffusion): the block family's sampler and staircase estimator are used,
-every objective trains, LoRA trains adapters only, both mask-seed modes work."""
+"""StableDRLTrainer on a tiny SDAR and a tiny LLaDA2 (block diffusion, LLaDA2 with experts): the block families'
+samplers and staircase estimator are used, every objective trains, LoRA trains adapters only, both mask-seed modes
+work, MoE routing is logged."""
 
 import pytest
 import torch
@@ -8,7 +9,9 @@ from datasets import Dataset
 from stabledrl_trl import StableDRLConfig, StableDRLTrainer
 from stabledrl_trl.diffusion import family as family_module
 from stabledrl_trl.diffusion.adapter import detect_family
-from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_sdar_config_dict
+from stabledrl_trl.stabledrl_config import TRL_LOSS_TYPES
+from stabledrl_trl.stabledrl_trainer import expert_load_entropy
+from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada2_config_dict, tiny_sdar_config_dict
 
 
 def digit_reward(prompts, completions, **kwargs):
@@ -127,21 +130,24 @@ def test_masked_eos_tail_is_refused_for_block_diffusion(tmp_path):
                          train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
 
 
-def test_sdar_resumed_run_replays_exactly(tmp_path):
+@pytest.mark.parametrize("architecture", ["sdar", pytest.param("llada2", marks=pytest.mark.slow)])
+def test_block_resumed_run_replays_exactly(tmp_path, architecture):
     """Train 4 steps saving at 2; a new trainer resumed from checkpoint-2 logs the same steps 3-4 (rollout noise and
-    mask seeds derive from the seed and the step; the checkpoint holds SDAR's config and weight names)."""
+    mask seeds derive from the seed and the step; the checkpoint holds the original config keys and weight names)."""
     import json
+
+    make, model_type = (make_sdar, "sdar") if architecture == "sdar" else (make_llada2, "llada2_moe")
 
     def trainer_for(out):
         args = make_args(tmp_path, output_dir=str(out), max_steps=4, save_strategy="steps", save_steps=2,
                          mask_seed_mode="fresh", num_iterations=2)  # fmt: skip
-        return StableDRLTrainer(model=make_sdar(seed=3), reward_funcs=digit_reward, args=args,
+        return StableDRLTrainer(model=make(seed=3), reward_funcs=digit_reward, args=args,
                                 train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
 
     full = trainer_for(tmp_path / "full")
     full.train()
     saved = json.loads((tmp_path / "full" / "checkpoint-2" / "config.json").read_text())
-    assert saved["model_type"] == "sdar" and "rope_theta" in saved and saved["block_size"] == 4
+    assert saved["model_type"] == model_type and "rope_theta" in saved and saved["block_size"] == 4
     resumed = trainer_for(tmp_path / "resumed")
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
 
@@ -168,3 +174,83 @@ def test_block_fields_are_refused_for_a_full_attention_model(tmp_path):
         StableDRLTrainer(model=llada, reward_funcs=digit_reward,
                          args=make_args(tmp_path, block_remasking="low_confidence_static"),
                          train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------- LLaDA2 (MoE)
+
+
+def make_llada2(seed=0, **overrides):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**tiny_llada2_config_dict(**overrides))
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config)
+
+
+LLADA2_RUNS = [
+    ("stable_drl", "fresh", {}),
+    ("stable_drl", "shared", {}),
+    ("stable_drl_ratio", "fresh", {}),
+    ("dgpo", "shared", {}),
+    ("grpo", "fresh", {"importance_sampling_level": "sequence"}),
+]
+LLADA2_RUNS += [(loss, "shared", {}) for loss in TRL_LOSS_TYPES]  # fmt: skip
+
+
+@pytest.mark.parametrize("loss_type, mask_seed_mode, extra", LLADA2_RUNS)
+def test_llada2_trains_with_every_loss_type(tmp_path, monkeypatch, loss_type, mask_seed_mode, extra):
+    """LLaDA2 (MoE) through the llada2 family: its rollouts and staircase estimates, one optimiser step per loss."""
+    model = make_llada2()
+    assert detect_family(model) == "llada2"
+    calls = counting(monkeypatch)
+    args = make_args(tmp_path, loss_type=loss_type, mask_seed_mode=mask_seed_mode, max_steps=1, **extra)
+    trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
+                               processing_class=build_tiny_tokenizer())  # fmt: skip
+    assert trainer._family_impl.name == "llada2"
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert calls["block_generate"] >= 1 and calls["staircase_estimate"] >= 1, calls
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 1 and torch.isfinite(torch.tensor(logs[0]["loss"]))
+    assert 0.0 < logs[0]["moe/expert_load_entropy_min"] <= logs[0]["moe/expert_load_entropy"] <= 1.0
+
+
+@pytest.mark.slow
+def test_llada2_lora_on_attention_and_experts_with_checkpointing(tmp_path):
+    """LoRA on the fused attention and the routed experts' projections, gradient checkpointing on: only adapters
+    change, and the gradient-checkpointed loss equals the plain one."""
+    from peft import LoraConfig
+
+    targets = r".*\.(attention\.(query_key_value|dense)|mlp\.experts\.\d+\.(gate|up|down)_proj)"
+    losses = []
+    for checkpointing in (False, True):
+        args = make_args(tmp_path, loss_type="stable_drl", mask_seed_mode="shared", gradient_checkpointing=checkpointing,
+                         learning_rate=1e-2)  # fmt: skip
+        trainer = StableDRLTrainer(model=make_llada2(seed=1), reward_funcs=digit_reward, args=args,
+                                   train_dataset=make_dataset(), processing_class=build_tiny_tokenizer(),
+                                   peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=targets))  # fmt: skip
+        before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        trainer.train()
+        after = dict(trainer.model.named_parameters())
+        assert all(torch.equal(after[n], before[n]) for n in before if "lora_" not in n)
+        changed = [n for n in before if "lora_B" in n and not torch.equal(after[n], before[n])]
+        assert any("query_key_value" in n for n in changed) and any(".experts." in n for n in changed)
+        losses.append([h["loss"] for h in trainer.state.log_history if "loss" in h])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4, abs=1e-6)
+
+
+def test_expert_load_entropy_by_hand():
+    """1 = uniform load, 0 = one expert takes every token; counts are reset after reading; no routers: nothing."""
+    model = make_llada2()
+    gates = [layer.mlp.gate for layer in model.model.layers[1:]]
+    gates[0].expert_load.copy_(torch.tensor([5.0, 5, 5, 5, 5, 5, 5, 5]))
+    gates[1].expert_load.copy_(torch.tensor([0.0, 0, 6, 0, 0, 0, 0, 2]))
+    p = torch.tensor([0.75, 0.25])
+    collapsed = float(-(p * p.log()).sum() / torch.log(torch.tensor(8.0)))
+    stats = expert_load_entropy(model)
+    assert stats["moe/expert_load_entropy"] == pytest.approx((1.0 + collapsed) / 2)
+    assert stats["moe/expert_load_entropy_min"] == pytest.approx(collapsed)
+    assert all(g.expert_load.sum() == 0 for g in gates)
+    assert expert_load_entropy(make_sdar()) == {}

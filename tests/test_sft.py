@@ -238,10 +238,11 @@ def test_sft_script_trains_saves_and_evaluates(tmp_path, load_script):
         script.make_parser().parse_args_and_config(["--config", str(bad)])
 
 
-def test_block_diffusion_sft_loss_conditions_each_block_on_the_clean_history(tiny_tokenizer, tmp_path):
-    """On SDAR the SFT loss is SDAR's: each masked token scored by a forward of the clean earlier blocks followed by
-    its own noisy block (checked with one plain block-causal forward per block)."""
-    model = build_tiny_model(tiny_tokenizer, seed=0, architecture="sdar")
+@pytest.mark.parametrize("architecture", ["sdar", "llada2"])
+def test_block_diffusion_sft_loss_conditions_each_block_on_the_clean_history(tiny_tokenizer, tmp_path, architecture):
+    """On SDAR and LLaDA2 the SFT loss is SDAR's: each masked token scored by a forward of the clean earlier blocks
+    followed by its own noisy block (checked with one plain block-causal forward per block)."""
+    model = build_tiny_model(tiny_tokenizer, seed=0, architecture=architecture)
     rows = [{"prompt": [{"role": "user", "content": c * (i + 1)}], "answer": c * 3} for i, c in enumerate("abc")]
     args = MaskedDiffusionSFTConfig(output_dir=str(tmp_path), completion_length=6, seed=5, use_cpu=True)
     trainer = MaskedDiffusionSFTTrainer(model, args, train_dataset=_dataset(rows), processing_class=tiny_tokenizer)

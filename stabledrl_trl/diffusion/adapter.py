@@ -6,9 +6,9 @@ between model families:
 - "dream": Dream / DiffuCoder (stabledrl_trl.models.dream), trained from an autoregressive model, so output i-1
   holds the prediction for token i; the adapter shifts it back (see `DiffusionAdapter.__call__`);
 - "masked_lm": any transformers masked LM (BERT, RoBERTa, ModernBERT, ...), logits[:, i] predicts token i;
-- "sdar": block diffusion (SDAR, TraDo; stabledrl_trl.models.sdar), block-causal attention, logits[:, i] predicts
-  token i. Its sampler and estimator call the model directly (KV cache, 4-D masks); the adapter's plain call gives
-  its block-causal logits.
+- "sdar" / "llada2": block diffusion (SDAR, TraDo: stabledrl_trl.models.sdar; LLaDA2 MoE: models.llada2),
+  block-causal attention, logits[:, i] predicts token i. Their sampler and estimator call the model directly (KV
+  cache, 4-D masks); the adapter's plain call gives the block-causal logits.
 Padding is never attended: a 2D attention mask goes to the model (which hides padded keys only), together with
 position ids that count real tokens only, so a left-padded row gets exactly the logits of the row alone, even for
 absolute position embeddings. The special ids (mask, EOS / end-of-turn, pad) come from the model config or the
@@ -26,7 +26,7 @@ from torch import nn
 
 from stabledrl_trl.models.bidirectional import padding_position_ids
 
-FAMILIES = ("llada", "dream", "masked_lm", "sdar")
+FAMILIES = ("llada", "dream", "masked_lm", "sdar", "llada2")
 # Tokens that end a completion besides EOS: chat end-of-turn tokens of common templates, and DiffuCoder's
 # `<|dlm_pad|>` (DiffuCoder cuts its output at the first one). A completion ends at them as at EOS.
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|dlm_pad|>")
@@ -47,7 +47,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def detect_family(model: nn.Module) -> str | None:
-    """'llada', 'dream', 'sdar' or 'masked_lm' from the (unwrapped) model's config and class; None for anything else.
+    """'llada', 'dream', 'sdar', 'llada2' or 'masked_lm' from the (unwrapped) model's config and class; else None.
 
     None covers autoregressive LMs (e.g. LlamaForCausalLM, Qwen2ForCausalLM) and models without an LM head.
     """
@@ -64,6 +64,8 @@ def detect_family(model: nn.Module) -> str | None:
         return "dream"
     if model_type == "sdar":
         return "sdar"
+    if model_type == "llada2_moe":
+        return "llada2"
     if getattr(config, "is_encoder_decoder", False):
         return None  # e.g. BART sits in the masked-LM mapping but decodes causally
     try:

@@ -114,6 +114,27 @@ def sample_candidates(
     return tokens, probs.gather(-1, tokens[..., None])[..., 0]
 
 
+def sample_candidates_multinomial(
+    logits: Tensor, generators, temperature: float, top_k: int = 0, top_p: float = 1.0, active: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """LLaDA2's draw: a candidate token and its probability per position, one `torch.multinomial` per row.
+
+    logits (B, N, V) float32; generators: one torch.Generator per row. p = softmax(filter(logits / T)) in float32,
+    token = torch.multinomial(p[b], 1, generator=generators[b]) (N draws per row and call, as LLaDA2's `generate`
+    makes for its one row); temperature 0 = argmax. active (B,) bool: rows that draw (default all); the others keep
+    their generator untouched (their candidates are the argmax), so a row's stream does not depend on the batch.
+    Returns tokens (B, N) long and probabilities (B, N).
+    """
+    scaled = logits / temperature if temperature > 0 else logits
+    probs = torch.softmax(filter_logits(scaled, top_k, top_p), dim=-1)  # (B, N, V) float32
+    tokens = probs.argmax(-1)  # (B, N)
+    if temperature > 0:
+        for b, g in enumerate(generators):
+            if active is None or bool(active[b]):
+                tokens[b] = torch.multinomial(probs[b], 1, generator=g)[:, 0]
+    return tokens, probs.gather(-1, tokens[..., None])[..., 0]
+
+
 def choose_reveals(confidence: Tensor, masked: Tensor, count: Tensor, strategy: str, threshold: float) -> Tensor:
     """Which masked positions to reveal this step. confidence (B, N), masked (B, N) bool, count (B,) long >= 1.
 
@@ -171,9 +192,19 @@ class BlockLayout:
 
 
 def block_layout(
-    prompt_ids: Tensor, prompt_mask: Tensor, gen_length: int, block_size: int, mask_token_id: int, pad_token_id: int
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    gen_length: int,
+    block_size: int,
+    mask_token_id: int,
+    pad_token_id: int,
+    whole_blocks: bool = False,
 ) -> BlockLayout:
-    """Lay a left-padded prompt batch out so that every row's current block sits in the same columns."""
+    """Lay a left-padded prompt batch out so that every row's current block sits in the same columns.
+
+    whole_blocks: generate every row's last block in full (LLaDA2: the canvas is rounded up to whole blocks, then the
+    completion is cut at gen_length) instead of hiding its columns beyond p + gen_length (SDAR).
+    """
     B = prompt_ids.shape[0]
     device = prompt_ids.device
     real = prompt_mask.bool()
@@ -187,7 +218,10 @@ def block_layout(
     cols = torch.arange(W, device=device)[None]  # (1, W)
     rel = cols - start[:, None]  # (B, W) real position of each column
     prompt_cols = (rel >= 0) & (rel < lengths[:, None])
-    gen_cols = (rel >= lengths[:, None]) & (rel < (lengths + gen_length)[:, None])
+    gen_end = lengths + gen_length  # (B,)
+    if whole_blocks:
+        gen_end = torch.div(gen_end + block_size - 1, block_size, rounding_mode="floor") * block_size
+    gen_cols = (rel >= lengths[:, None]) & (rel < gen_end[:, None])
     # the i-th real prompt token of a row, wherever its left padding
     order = torch.where(real, real.long().cumsum(-1) - 1, torch.full_like(lengths[:, None], -1).expand_as(real))
     packed = torch.full((B, max(int(lengths.max()) if B else 0, 1)), pad_token_id, dtype=torch.long, device=device)
@@ -237,8 +271,10 @@ def block_generate(
     top_p: float = 1.0,
     remasking: str = "low_confidence_dynamic",
     confidence_threshold: float = 0.9,
-    generator: torch.Generator | Tensor | None = None,
+    generator: torch.Generator | Tensor | list[torch.Generator] | None = None,
     use_cache: bool = True,
+    whole_blocks: bool = False,
+    mask_candidate: bool = False,
 ) -> BlockSamplerOutput:
     """Generate up to `gen_length` tokens after each prompt with SDAR's block-diffusion sampler.
 
@@ -247,8 +283,14 @@ def block_generate(
     prompt_ids, prompt_mask: (B, P), left-padded (1 = real token).
     denoising_steps: steps per block, None = block_size (SDAR / TraDo's default).
     generator: torch.Generator giving one seed per row, or a (B,) integer tensor of row seeds (then a row's draws are
-        the same wherever it sits in the batch); required when temperature > 0.
+        the same wherever it sits in the batch); required when temperature > 0. A list of B torch.Generators draws
+        each row with `torch.multinomial` from its own generator instead (`sample_candidates_multinomial`, LLaDA2's
+        draw: seeded like LLaDA2's `generate`, it reproduces its runs).
     use_cache: False recomputes the whole prefix at every forward instead (the slow reference; same result).
+    whole_blocks: the last block is generated in full, then cut at gen_length (LLaDA2); False hides its columns past
+        p + gen_length (SDAR). The extra positions influence their block (bidirectional inside a block).
+    mask_candidate: the mask token may be a candidate (LLaDA2's sampler ranks the full softmax); False gives it
+        probability 0 (SDAR).
     Returns a `BlockSamplerOutput` with (B, gen_length) completions.
     """
     steps = block_size if denoising_steps is None else denoising_steps
@@ -265,7 +307,13 @@ def block_generate(
         raise ValueError("every prompt needs at least one real token (prompt_mask has an all-zero row).")
     if temperature > 0 and generator is None:
         raise ValueError("temperature > 0 draws random tokens: pass generator=torch.Generator().manual_seed(...).")
-    if isinstance(generator, torch.Generator):
+    row_generators = None
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != B or not all(isinstance(g, torch.Generator) for g in generator):
+            raise ValueError(f"generator as a list must hold one torch.Generator per row ({B}), got {generator!r}.")
+        row_generators, generator = list(generator), None
+        seeds = torch.zeros(B, dtype=torch.long, device=device)
+    elif isinstance(generator, torch.Generator):
         seeds = torch.randint(0, 2**62, (B,), generator=generator, device=generator.device).to(device)
     elif generator is None:
         seeds = torch.zeros(B, dtype=torch.long, device=device)
@@ -277,7 +325,7 @@ def block_generate(
     if eos_ids.numel() == 0:
         raise ValueError("eos_token_ids is empty: pass the tokenizer's EOS id(s).")
 
-    layout = block_layout(prompt_ids, prompt_mask, gen_length, block_size, mask_token_id, pad_token_id)
+    layout = block_layout(prompt_ids, prompt_mask, gen_length, block_size, mask_token_id, pad_token_id, whole_blocks)
     canvas, S = layout.canvas.clone(), layout.prefill_width  # (B, W)
     generated = torch.zeros_like(canvas, dtype=torch.bool)  # (B, W) positions whose token was revealed
     schedule = transfer_schedule(block_size, steps).to(device)
@@ -312,10 +360,22 @@ def block_generate(
             logits = forward(c1, keep_logits=True).float()  # (n, bs, V)
             if use_cache:
                 cache.crop(-block_size)  # the block's own keys are not stored while it is noisy
-            logits[..., mask_token_id] = float("-inf")
-            # keyed by the row seed, the step and the real position: independent of the batch layout
-            u = counter_uniform(row_seeds[:, None], STREAM_SAMPLE, step, block_positions.clamp(min=0), device=device)
-            tokens, confidence = sample_candidates(logits, u, float(temperature), top_k, float(top_p))
+            if not mask_candidate:
+                logits[..., mask_token_id] = float("-inf")
+            if row_generators is not None:
+                tokens, confidence = sample_candidates_multinomial(
+                    logits,
+                    [row_generators[int(r)] for r in rows],
+                    float(temperature),
+                    top_k,
+                    float(top_p),
+                    active=masked.any(-1),
+                )
+            else:
+                # keyed by the row seed, the step and the real position: independent of the batch layout
+                u = counter_uniform(row_seeds[:, None], STREAM_SAMPLE, step, block_positions.clamp(min=0),
+                                    device=device)  # fmt: skip
+                tokens, confidence = sample_candidates(logits, u, float(temperature), top_k, float(top_p))
             count = schedule[min(step, steps - 1)].expand(n)
             reveal = choose_reveals(confidence, masked, count, remasking, float(confidence_threshold))
             work[:, c0:c1] = torch.where(reveal, tokens, work[:, c0:c1])

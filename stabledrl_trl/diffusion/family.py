@@ -19,6 +19,7 @@ Families registered here:
 - "sdar": block diffusion (SDAR, TraDo), block-causal attention. SDAR's block sampler with an exact KV cache
   (`diffusion/block_sampler.py`) and one-pass staircase estimates (`diffusion/block_estimators.py`) with the same
   masks and estimator forms as the full-attention family.
+- "llada2": LLaDA2 (MoE block diffusion): the same machinery with LLaDA2's generate rules (`LLaDA2Family`).
 Autoregressive models have no family: the trainer keeps TRL's generation and exact log-probabilities.
 `StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
 sampler of `SAMPLERS`; `check` rejects settings that sampler would ignore.
@@ -168,8 +169,8 @@ class DiffusionFamily:
             block = {k: getattr(args, k) for k, v in BLOCK_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
             if block:
                 raise ValueError(
-                    f"{block} are settings of the block-diffusion sampler (SDAR, TraDo), which {self.name} models do "
-                    f"not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
+                    f"{block} are settings of the block-diffusion sampler (SDAR, TraDo, LLaDA2), which {self.name} "
+                    f"models do not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
                 )
             cache = getattr(args, "rollout_cache", "none")
             if cache != "none" and self.name != "llada":
@@ -343,7 +344,7 @@ class BlockDiffusionFamily(DiffusionFamily):
             raise ValueError(
                 "eos_tail='masked' shows a full-attention canvas's tail after the first EOS as mask tokens; a "
                 "block-diffusion estimate has no such tail (block-causal attention: nothing after the EOS reaches the "
-                "scored tokens). Leave eos_tail='visible' for SDAR / TraDo."
+                "scored tokens). Leave eos_tail='visible' for SDAR, TraDo and LLaDA2."
             )
         block = self.block_size(model)
         steps = args.block_denoising_steps
@@ -411,11 +412,52 @@ def estimator_options(args) -> dict:
     return {}
 
 
+class LLaDA2Family(BlockDiffusionFamily):
+    """LLaDA2 (MoE block diffusion): LLaDA2's `generate` algorithm on the cached block sampler, staircase estimates.
+
+    What differs from SDAR's sampler (`block_generate` options): the canvas is rounded up to whole blocks and the
+    completion cut at `max_completion_length` (`whole_blocks`), the mask token stays a candidate of the full softmax
+    (`mask_candidate`), and sampled candidates are drawn with `torch.multinomial` from one torch.Generator per row,
+    seeded from the trainer's generator (LLaDA2's draw). The threshold rule (`block_remasking`
+    "low_confidence_dynamic": strict >, every passing position committed, else the schedule's count) and the schedule
+    are SDAR's, which are LLaDA2's. Temperature 0 is greedy (the LLaDA2.1 rule; LLaDA2.0's hub code samples there).
+    Routed experts that no token chose get no gradient: DDP must search for unused parameters.
+    """
+
+    name = "llada2"
+    uses_every_parameter = False
+
+    def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+        seeds = torch.randint(0, 2**62, (prompt_ids.shape[0],), generator=generator, device=generator.device)
+        generators = [torch.Generator(device=prompt_ids.device).manual_seed(int(s)) for s in seeds.tolist()]
+        out = block_generate(
+            adapter.model,
+            prompt_ids,
+            prompt_mask,
+            mask_token_id=adapter.mask_token_id,
+            eos_token_ids=tuple(eos_token_ids),
+            pad_token_id=adapter.pad_token_id,
+            block_size=self.block_size(adapter),
+            gen_length=args.max_completion_length,
+            denoising_steps=args.block_denoising_steps,
+            temperature=args.temperature,
+            top_k=args.top_k or 0,
+            top_p=1.0 if args.top_p is None else args.top_p,
+            remasking=args.block_remasking,
+            confidence_threshold=args.block_confidence_threshold,
+            generator=generators,
+            whole_blocks=True,
+            mask_candidate=True,
+        )
+        return SamplerOutput(out.completion_ids, out.completion_mask)
+
+
 FAMILIES: dict[str, DiffusionFamily] = {
     "llada": MaskedDiffusionFamily(),
     "dream": DreamFamily(),
     "masked_lm": MaskedLMFamily(),
     "sdar": BlockDiffusionFamily(),
+    "llada2": LLaDA2Family(),
 }
 
 

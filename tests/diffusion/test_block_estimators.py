@@ -19,7 +19,14 @@ from stabledrl_trl.diffusion.masking import (
 )
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sdar-tiny"
+LLADA2_FIXTURE = Path(__file__).parent.parent / "fixtures" / "llada2-tiny"
 MASK = 1
+
+
+@pytest.fixture(params=["sdar", "llada2"])
+def block_model(request):
+    """A tiny block-diffusion model builder of each architecture: SDAR (dense) and LLaDA2 (MoE)."""
+    return request.getfixturevalue(f"tiny_{request.param}")
 
 
 
@@ -89,6 +96,17 @@ def test_fixture_estimate_uses_the_noisy_copy_logits():
     assert torch.allclose(est.token_logps[0][masked[0]], expected[masked[0]], atol=1e-5)
 
 
+def test_llada2_fixture_two_copy_logits():
+    """StaircaseLogits on LLaDA2 reproduces the noisy half of dFactory's [noisy | clean] forward by LLaDA2's code."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(LLADA2_FIXTURE, block_size=4).eval()
+    ref = load_file(LLADA2_FIXTURE / "reference.safetensors")
+    rows = ref["bd2n_input_ids"]  # (1, 32)
+    with torch.no_grad():
+        logits = StaircaseLogits(model, 4)(rows, torch.ones_like(rows))
+    assert logits.shape == (1, 16, 128)
+    assert (logits - ref["bd2n_logits"][:, :16]).abs().max() <= 1e-4
+
+
 @pytest.mark.parametrize(
     "name, K, extra",
     [
@@ -100,8 +118,8 @@ def test_fixture_estimate_uses_the_noisy_copy_logits():
         ("block_random_coupled", 4, {"estimator_block_size": 2}),
     ],
 )
-def test_matches_one_forward_per_block(name, K, extra, tiny_sdar):
-    model = tiny_sdar(seed=1, num_key_value_heads=2)
+def test_matches_one_forward_per_block(name, K, extra, block_model):
+    model = block_model(seed=1, num_key_value_heads=2)
     prompt, pmask, comp, cmask = batch()
     seeds = torch.tensor([101, 202])
     p_prompt = 0.3
@@ -136,9 +154,9 @@ def test_matches_one_forward_per_block(name, K, extra, tiny_sdar):
     assert torch.allclose(est.seq_logps.double(), (expected * real).sum(-1) / real.sum(-1), atol=2e-5)
 
 
-def test_chunked_batched_and_differentiable(tiny_sdar):
+def test_chunked_batched_and_differentiable(block_model):
     """Chunking and the batch layout do not change a row's estimate; gradients reach the weights."""
-    model = tiny_sdar(seed=2)
+    model = block_model(seed=2)
     prompt, pmask, comp, cmask = batch()
     seeds = torch.tensor([7, 8])
     kwargs = dict(block_size=4, mask_token_id=MASK, num_samples=2, p_mask_prompt=0.15)
@@ -152,8 +170,8 @@ def test_chunked_batched_and_differentiable(tiny_sdar):
     assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().max() > 0
 
 
-def test_block_random_and_coupled_run_and_eubo(tiny_sdar):
-    model = tiny_sdar(seed=3)
+def test_block_random_and_coupled_run_and_eubo(block_model):
+    model = block_model(seed=3)
     prompt, pmask, comp, cmask = batch()
     for name, extra in (("block_random", {"estimator_block_size": 4}), ("coupled", {})):
         est = staircase_estimate(name, model, prompt, pmask, comp, cmask, block_size=4, mask_token_id=MASK,

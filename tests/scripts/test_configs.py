@@ -20,6 +20,9 @@ def test_there_are_configs():
         "llada_math_full.yaml",
         "llada_countdown.yaml",
         "llada_sudoku.yaml",
+        "tiny_moe.yaml",
+        "llada2_mini_math_lora.yaml",
+        "llada2_mini_math_full.yaml",
     } <= names
     assert {os.path.basename(p) for p in ACCELERATE_CONFIGS} >= {"ddp.yaml", "zero2.yaml", "zero3.yaml", "fsdp.yaml"}
 
