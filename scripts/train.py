@@ -234,6 +234,9 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
         torch.set_num_threads(script_args.num_threads)
 
     model_path = model_args.model_name_or_path
+    # Sets up torch.distributed when launched (accelerate / torchrun): the warm-up and the dataset caches below are
+    # then shared between processes (README: Multi-node).
+    _ = training_args.world_size
     if script_args.tiny_model:
         from stabledrl_trl.sft import prepare_sft_model
 
@@ -269,20 +272,23 @@ def main(script_args=None, training_args=None, model_args=None, argv=None):
 
     needs_test = script_args.evaluate_before_after or training_args.eval_strategy != "no"
     check_held_out_split(script_args, needs_test)
-    train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
-    test_dataset = None
-    if script_args.test_data_files is not None:
-        test_dataset = load_task_dataset(
-            script_args.task,
-            script_args.dataset_test_split,
-            path=None,
-            data_files=script_args.test_data_files,
-            num_samples=script_args.num_eval_samples,
-            system_prompt=script_args.system_prompt,
-            seed=training_args.seed,
-        )
-    elif needs_test:
-        test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
+    # Global rank 0 downloads and caches the datasets first, then the others read them (a shared Hugging Face cache)
+    # or fill their node's own (node-local caches).
+    with training_args.main_process_first(local=False, desc="loading the datasets"):
+        train_dataset = load(script_args.dataset_train_split, script_args.num_train_samples)
+        test_dataset = None
+        if script_args.test_data_files is not None:
+            test_dataset = load_task_dataset(
+                script_args.task,
+                script_args.dataset_test_split,
+                path=None,
+                data_files=script_args.test_data_files,
+                num_samples=script_args.num_eval_samples,
+                system_prompt=script_args.system_prompt,
+                seed=training_args.seed,
+            )
+        elif needs_test:
+            test_dataset = load(script_args.dataset_test_split, script_args.num_eval_samples)
     eval_dataset = test_dataset if training_args.eval_strategy != "no" else None
 
     trainer = StableDRLTrainer(
