@@ -19,6 +19,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 
 
 def free_port() -> int:
@@ -126,3 +127,59 @@ def test_two_nodes_refuse_an_unshared_cache(tmp_path, clean_env):
         assert "sft_cache_dir='cache' is not shared by every process: rank 1 on" in error, error
         assert "filesystem every node mounts" in error
     assert not (nodes[1] / "cache").exists() or os.listdir(nodes[1] / "cache") == []  # nothing trained or written
+
+
+MULTINODE_CONFIGS = ("multinode_fsdp.yaml", "multinode_zero3.yaml")
+
+
+@pytest.mark.parametrize("name", MULTINODE_CONFIGS)
+def test_multinode_accelerate_configs_leave_the_node_to_the_launcher(name):
+    import yaml
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = os.path.join(ROOT, "configs", "accelerate", name)
+    with open(path) as f:
+        raw = yaml.safe_load(f)
+    assert not {"machine_rank", "main_process_ip", "main_process_port"} & set(raw)  # per node: from the launcher
+    config = load_config_from_file(path)
+    assert config.num_machines == 2 and config.num_processes == 16 and config.mixed_precision == "bf16"
+    if "fsdp" in name:
+        assert config.distributed_type.value == "FSDP" and config.fsdp_config["fsdp_version"] == 2
+    else:
+        assert config.deepspeed_config["zero_stage"] == 3
+        assert config.deepspeed_config["deepspeed_multinode_launcher"] == "standard"
+
+
+def test_slurm_script_starts_one_launch_per_node(tmp_path):
+    """The SLURM script under stand-ins for srun (runs its command once per node with SLURM_NODEID set), scontrol
+    and accelerate (records its arguments)."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "launches.txt"
+    bin_dir.mkdir()
+    stubs = {
+        "scontrol": "#!/usr/bin/env bash\nprintf 'gpu-node-07\\ngpu-node-08\\n'\n",
+        "srun": "#!/usr/bin/env bash\n"
+        'while [[ "$1" != bash ]]; do shift; done\n'
+        'for node in 0 1; do SLURM_NODEID=$node "$@" || exit 1; done\n',
+        "accelerate": f'#!/usr/bin/env bash\necho "$@" >> {log}\n',
+    }
+    for name, text in stubs.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-node-[07-08]",
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": ROOT}  # fmt: skip
+    script = os.path.join(ROOT, "scripts", "launch_multinode.slurm")
+    proc = subprocess.run(["bash", script, "--config", "configs/llada_math_full.yaml", "--output_dir", "/shared/run"],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2
+    for rank, line in enumerate(lines):
+        assert line == (
+            "launch --config_file configs/accelerate/multinode_fsdp.yaml --num_machines 2 --num_processes 16 "
+            f"--machine_rank {rank} --main_process_ip gpu-node-07 --main_process_port 24242 --rdzv_backend static "
+            "scripts/train.py --config configs/llada_math_full.yaml --output_dir /shared/run"
+        )
+    # outside SLURM it says so instead of launching
+    bare = {k: v for k, v in env.items() if not k.startswith("SLURM_JOB_NODELIST")}
+    proc = subprocess.run(["bash", script], env=bare, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "run under SLURM" in proc.stderr
