@@ -67,3 +67,24 @@ def test_plan_command_line_writes_its_comment_once(tmp_path, load_script, capsys
     (tmp_path / "none.yaml").write_text("dtype: bfloat16\n")
     with pytest.raises(ValueError, match="no model_name_or_path"):
         plan.main(["--config", str(tmp_path / "none.yaml")])
+
+
+def test_validation_table_is_the_scripts_output_and_within_20_percent(load_script):
+    """docs/plan_validation.{json,md} come from scripts/bench_plan.py; the README shows that markdown unchanged, and
+    every case (full and LoRA, several shapes) is within 20% of its measured peak."""
+    import json
+
+    bench = load_script("bench_plan")
+    with open(os.path.join(ROOT, "docs", "plan_validation.json")) as f:
+        rows = json.load(f)
+    assert {r["case"] for r in rows} == set(bench.CASES)
+    assert any("LoRA" in r["case"] for r in rows) and any("full" in r["case"] for r in rows)
+    for r in rows:
+        shape, settings = bench.case_settings(bench.CASES[r["case"]], r["overhead_mib"] * 2**20)
+        from stabledrl_trl.memory_plan import estimate
+
+        assert estimate(shape, settings)["peak"] / 2**20 == pytest.approx(r["estimate_mib"])  # the current planner
+        assert abs(r["estimate_mib"] / r["measured_mib"] - 1) < 0.20, r
+    table = open(os.path.join(ROOT, "docs", "plan_validation.md")).read().strip()
+    assert table == bench.format_markdown(rows)
+    assert table in open(os.path.join(ROOT, "README.md")).read()
