@@ -44,6 +44,8 @@ CASES = {
                                gc=False, lora=0),
     "LoRA r64 d768x6": dict(d=768, layers=6, heads=12, mlp=2048, vocab=4096, P=64, C=128, G=4, mc=2, chunk=4,
                              gc=False, lora=64),
+    "LoRA r16 d256x4 rollout": dict(d=256, layers=4, heads=4, mlp=704, vocab=32768, P=64, C=64, G=16, mc=1, chunk=1,
+                                    gc=True, lora=16),
     "LoRA r16 d1024x4 gc": dict(d=1024, layers=4, heads=16, mlp=2816, vocab=8192, P=64, C=128, G=8, mc=2, chunk=4,
                                   gc=True, lora=16),
 }  # fmt: skip

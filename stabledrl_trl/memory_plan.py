@@ -29,11 +29,13 @@ Monte-Carlo samples; tokens T = r L, L = prompt + completion, doubled for the st
   or the active experts'), attention = n_heads L when the attention probabilities are materialised (eager or
   SDPA's math path; 0 for flash / memory-efficient SDPA, the default on a GPU).
 - logits: r C V bytes_logits, C the completion length (only completion positions go through the head), with
-  bytes_logits = b + 12: the logits, their float32 copy, the softmax and its gradient.
+  bytes_logits = b + 4 [float32 copy when b < 4] + 12: the logits, their float32 copy, the softmax, its entropy
+  term and the logits' gradient (float32 each).
 
 Rollout transient (no gradients; R = per_device_train_batch_size x steps_per_generation rows of prompt + completion):
 - one layer's forward activations: R L (4 d + 2 I) b;
-- the sampler's logits: R x block x V x (b + 8) (the exact sampler scores the current block only);
+- the sampler's logits: R x block x V x (b + 4 [float32 copy when b < 4] + 4): the block's logits, their float32
+  copy and the softmax of the candidate draw (the exact sampler scores the current block only);
 - the KV cache: 2 n_layers n_kv_heads head_dim R L b with `rollout_cache` prefix / dual or a block-diffusion model
   (SDAR's cached block sampler), else none.
 
@@ -238,7 +240,8 @@ def estimate(shape: ModelShape, s: PlanSettings) -> dict[str, float]:
         act = shape.n_layers * T * d * b + T * a * b
     else:
         act = shape.n_layers * T * a * b
-    logits = r * s.max_completion_length * shape.vocab * (b + 12)
+    copy = 4 if b < 4 else 0  # a float32 copy of bf16 logits
+    logits = r * s.max_completion_length * shape.vocab * (b + copy + 12)
     gathered = shape.layer_parameters() * b * 2 if sharded else 0.0  # current + prefetched layer
     train = act + logits + gathered
 
@@ -246,7 +249,7 @@ def estimate(shape: ModelShape, s: PlanSettings) -> dict[str, float]:
     R = s.per_device_train_batch_size * max(1, s.steps_per_generation)
     Lr = s.max_prompt_length + s.max_completion_length
     r_act = R * Lr * (4 * d + 2 * inter) * b
-    r_logits = R * s.block_length * shape.vocab * (b + 8)
+    r_logits = R * s.block_length * shape.vocab * (b + copy + 4)
     cached = s.rollout_cache in ("prefix", "dual") or shape.block_diffusion
     kv = 2 * shape.n_layers * shape.n_kv_heads * shape.hd * R * Lr * b if cached else 0.0
     full_weights = P * b - c["weights"] if sharded else 0.0  # gathered for generation

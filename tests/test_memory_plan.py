@@ -91,7 +91,7 @@ def test_components_by_hand_ddp_float32():
     assert c["activations"] == 2 * T * (10 * 16 + 4 * 32) * 4
     assert c["estimator_logits"] == 3 * 6 * 50 * 16  # rows x C x V x (4 + 12)
     assert c["rollout_activations"] == 4 * 16 * (4 * 16 + 2 * 32) * 4
-    assert c["rollout_logits"] == 4 * 3 * 50 * 12
+    assert c["rollout_logits"] == 4 * 3 * 50 * 8  # R x block x V x (logits + softmax), float32: no copy
     assert c["rollout_kv_cache"] == 0
     train = c["activations"] + c["estimator_logits"]
     rollout = c["rollout_activations"] + c["rollout_logits"]
@@ -120,6 +120,15 @@ def test_sharding_divides_the_persistent_state():
                                         **base))  # fmt: skip
     per_layer = 128 * (4 * (4096 + 4096) + 3 * (4096 + 12288))
     assert (lora["gradients"], lora["optimizer"], lora["lora"]) == (0, 0, 32 * per_layer * 16)
+
+
+def test_bf16_logits_add_a_float32_copy():
+    shape = ModelShape(hidden=16, n_layers=2, n_heads=2, n_kv_heads=2, intermediate=32, vocab=50)
+    s = PlanSettings(bf16=True, per_device_train_batch_size=2, mc_samples=1, estimator_chunk_size=2,
+                     max_prompt_length=4, max_completion_length=6, block_length=3, overhead_bytes=0)  # fmt: skip
+    c = estimate(shape, s)
+    assert c["estimator_logits"] == 2 * 6 * 50 * (2 + 4 + 12)
+    assert c["rollout_logits"] == 2 * 3 * 50 * (2 + 4 + 4)
 
 
 def test_block_diffusion_doubles_the_estimator_length_and_caches_rollouts():
