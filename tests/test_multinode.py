@@ -129,6 +129,26 @@ def test_two_nodes_refuse_an_unshared_cache(tmp_path, clean_env):
     assert not (nodes[1] / "cache").exists() or os.listdir(nodes[1] / "cache") == []  # nothing trained or written
 
 
+@pytest.mark.slow
+def test_two_nodes_refuse_an_unshared_output_dir_unless_saving_on_each_node(tmp_path, clean_env):
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    for d in nodes:
+        d.mkdir()
+    launch_two_nodes(clean_env, nodes, "multinode_worker.py", "--cache_dir", "unused", "--trainer_output_dir", "out",
+                     "--out", str(tmp_path / "trainer-{rank}.json"))  # fmt: skip
+    for r in (0, 1):
+        error = json.loads((tmp_path / f"trainer-{r}.json").read_text())["error"]
+        assert "output_dir='out' is not shared by every process: rank 1 on" in error, error
+        assert "save_on_each_node=True" in error
+    # with one checkpoint copy per node, a node-local output_dir is what is asked for
+    launch_two_nodes(clean_env, nodes, "multinode_worker.py", "--cache_dir", "unused", "--trainer_output_dir", "out",
+                     "--save_on_each_node", "--out", str(tmp_path / "local-{rank}.json"))  # fmt: skip
+    assert [json.loads((tmp_path / f"local-{r}.json").read_text()) for r in (0, 1)] == [
+        {"rank": 0, "built": True},
+        {"rank": 1, "built": True},
+    ]
+
+
 MULTINODE_CONFIGS = ("multinode_fsdp.yaml", "multinode_zero3.yaml")
 
 
