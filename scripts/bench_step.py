@@ -18,6 +18,7 @@ Usage: nice python scripts/bench_step.py [--completion-length 64] [--rollout-cac
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -66,6 +67,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=4, help="timed optimiser steps")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", default=None, help="write the phases, rollout rate and peak memory as JSON here")
     return p
 
 
@@ -182,12 +184,28 @@ def main(argv=None) -> dict:
         shares[phase] = seconds / total
         print(f"{phase:<22} {seconds / a.steps:>12.3f} {100 * shares[phase]:>6.1f}%")
     print(f"{'total':<22} {total / a.steps:>12.3f} {100.0:>6.1f}%")
+    summary = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "dtype": "bfloat16" if a.bf16 else "float32",
+        "attention": model.config._attn_implementation,
+        "lora": a.lora,
+        "steps": a.steps,
+        "seconds_per_step": {p: s / a.steps for p, s in [*measured.items(), ("everything else", rest)]},
+        "total_seconds_per_step": total / a.steps,
+        "shares": shares,
+        "loss": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+    }
     if logs:
         rate = sum(h["stabledrl/rollout_tokens_per_s"] for h in logs) / len(logs)
         passes = sum(h["stabledrl/rollout_forward_passes"] for h in logs) / len(logs)
+        summary.update(rollout_tokens_per_s=rate, rollout_forward_passes=passes)
         print(f"rollout: {rate:.1f} tokens/s, {passes:.1f} forward passes per completion (trainer logs)")
     if device == "cuda":
-        print(f"peak GPU memory of the run: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+        summary["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        print(f"peak GPU memory of the run: {summary['peak_gib']:.1f} GiB")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary, f, indent=2)
     return shares
 
 

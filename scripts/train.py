@@ -397,6 +397,9 @@ def _run(script_args, training_args, model_args):
         torch.set_num_threads(script_args.num_threads)
 
     model_path = model_args.model_name_or_path
+    # Sets up torch.distributed when launched (accelerate / torchrun): the warm-up and the dataset caches below are
+    # then shared between processes (README: Multi-node).
+    _ = training_args.world_size
     if script_args.tiny_model:
         from stabledrl_trl.sft import prepare_sft_model
 
@@ -424,7 +427,10 @@ def _run(script_args, training_args, model_args):
     )
 
     needs_test = script_args.evaluate_before_after or training_args.eval_strategy != "no"
-    train_dataset, test_dataset = load_datasets(script_args, training_args.seed, needs_test)
+    # Global rank 0 downloads and caches the datasets first, then the others read them (a shared Hugging Face cache)
+    # or fill their node's own (node-local caches).
+    with training_args.main_process_first(local=False, desc="loading the datasets"):
+        train_dataset, test_dataset = load_datasets(script_args, training_args.seed, needs_test)
     eval_dataset = test_dataset if training_args.eval_strategy != "no" else None
 
     trainer = StableDRLTrainer(

@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from transformers import Trainer, TrainingArguments
 
+from . import multinode
+
 logger = logging.getLogger(__name__)
 
 # Bump when the meaning of a cached warm-up checkpoint changes (objective, data layout), so old caches are not reused.
@@ -363,8 +365,9 @@ def run_sft(model, tokenizer, train_dataset, args: MaskedDiffusionSFTConfig, *, 
         model=model, args=args, train_dataset=train_dataset, processing_class=tokenizer, callbacks=callbacks
     )
     result = trainer.train()
-    trainer.save_model(args.output_dir)
-    tokenizer.save_pretrained(args.output_dir)
+    trainer.save_model(args.output_dir)  # global rank 0 only (should_save)
+    if args.should_save:
+        tokenizer.save_pretrained(args.output_dir)
     return dict(result.metrics)
 
 
@@ -402,6 +405,9 @@ def prepare_sft_model(
     diffusion, TINY_SFT_LLADA2_MODEL).
     training_kwargs: further `MaskedDiffusionSFTConfig` fields (e.g. warmup_steps, weight_decay); they are part of
     the cache key.
+    Under torch.distributed (several processes or nodes) every process trains the warm-up together (batch_size per
+    process; the number of processes enters the cache key), global rank 0 alone writes the checkpoint, and
+    `cache_dir` must be shared by every process (`multinode.check_shared_directory`, an error at once otherwise).
 
     Defaults (digit_sort, all 8,661 train rows, 200 steps of 32, lr 1e-3 decaying linearly, d_model 128, 4 layers):
     about 25-30 s on one CPU core. Measured held-out accuracy (256 test rows, gen_length 8, one block, 8 steps) for
@@ -433,8 +439,13 @@ def prepare_sft_model(
     }
     if architecture != "llada":  # the LLaDA key stays as it was, so existing caches remain valid
         settings["architecture"] = architecture
+    rank, world_size = multinode.world()
+    if world_size > 1:  # trained by all processes together: the batch is batch_size per process
+        settings["world_size"] = world_size
+        multinode.check_shared_directory(cache_dir, "sft_cache_dir")
     target = os.path.join(cache_dir, f"sft-{task}-{sft_cache_key(settings)}")
-    if os.path.isfile(os.path.join(target, SFT_SETTINGS_FILE)):
+    # one decision for every rank (rank 0's view), so that no rank trains alone while the others wait
+    if multinode.broadcast_object(os.path.isfile(os.path.join(target, SFT_SETTINGS_FILE))):
         logger.info("Reusing the cached SFT warm-up checkpoint %s", target)
         return target
 
@@ -442,12 +453,14 @@ def prepare_sft_model(
     tokenizer = build_tiny_tokenizer()
     dataset = load_task_dataset(task, "train", num_samples=num_samples, seed=seed)
     model = build_tiny_model(tokenizer, seed=seed, architecture=architecture, **model_config)
-    work_dir = tempfile.mkdtemp(prefix=".sft-tmp-", dir=cache_dir)
+    # one work folder for all ranks (global rank 0's), written by rank 0 only and moved into place by it
+    work_dir = multinode.broadcast_object(tempfile.mkdtemp(prefix=".sft-tmp-", dir=cache_dir) if rank == 0 else None)
     try:
         if max_steps == 0:  # no warm-up: the randomly initialised tiny model, saved as a warm-up would be
             logger.warning("sft_max_steps=0: no SFT warm-up; RL starts from the randomly initialised tiny model.")
-            model.save_pretrained(work_dir)
-            tokenizer.save_pretrained(work_dir)
+            if rank == 0:
+                model.save_pretrained(work_dir)
+                tokenizer.save_pretrained(work_dir)
             metrics = {"skipped": True, "train_steps": 0}
         else:
             args = MaskedDiffusionSFTConfig(
@@ -464,14 +477,17 @@ def prepare_sft_model(
                 **training_kwargs,
             )
             metrics = run_sft(model, tokenizer, dataset, args)
-        with open(os.path.join(work_dir, SFT_SETTINGS_FILE), "w") as f:
-            json.dump({"settings": settings, "metrics": metrics}, f, indent=2, sort_keys=True, default=str)
-        if os.path.isfile(os.path.join(target, SFT_SETTINGS_FILE)):  # a concurrent run finished first: keep it
-            shutil.rmtree(work_dir)
-        else:
-            shutil.rmtree(target, ignore_errors=True)  # an incomplete folder of the same name is never reused
-            os.replace(work_dir, target)
+        if rank == 0:
+            with open(os.path.join(work_dir, SFT_SETTINGS_FILE), "w") as f:
+                json.dump({"settings": settings, "metrics": metrics}, f, indent=2, sort_keys=True, default=str)
+            if os.path.isfile(os.path.join(target, SFT_SETTINGS_FILE)):  # a concurrent run finished first: keep it
+                shutil.rmtree(work_dir)
+            else:
+                shutil.rmtree(target, ignore_errors=True)  # an incomplete folder of the same name is never reused
+                os.replace(work_dir, target)
     except BaseException:
-        shutil.rmtree(work_dir, ignore_errors=True)
+        if rank == 0:
+            shutil.rmtree(work_dir, ignore_errors=True)
         raise
+    multinode.barrier()  # the other ranks read the checkpoint once rank 0 has moved it into place
     return target

@@ -31,7 +31,7 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
-from . import safety
+from . import multinode, safety
 from .diffusion.adapter import as_diffusion_lm, detect_family, unwrap_model
 from .diffusion.estimators import estimator_standard_error
 from .diffusion.family import get_family
@@ -503,6 +503,9 @@ class StableDRLTrainer(GRPOTrainer):
                 f"(distributed_type={self.accelerator.distributed_type}): each process would train its own copy. On a "
                 "machine without GPUs set use_cpu=True (gloo on the CPU; accelerate has no FSDP on the CPU)."
             )
+        if multinode.num_nodes() > 1 and not args.save_on_each_node:
+            # checkpoints are written once (global rank 0) and read by every rank on resume: one shared output_dir
+            multinode.check_shared_directory(args.output_dir, "output_dir")
         self._nonfinite_grad_streak = 0
         self._check_reward_text(args)
         self._canvas_ids: list[list[int]] | None = None  # reward_text="canvas": this process's last rollout canvases

@@ -1,0 +1,182 @@
+"""The memory planner (`stabledrl_trl.memory_plan`) against measured peaks: two StableDRL steps on the CPU, several
+shapes, full fine-tuning and LoRA, each in a fresh process.
+
+Every case builds a random LLaDA-architecture model locally (float32, no hub) and trains it for two optimiser steps
+with `StableDRLTrainer` (AdamW, the second step runs with the optimizer moments already allocated, as every later
+step on a GPU does). Memory is measured as in scripts/bench_memory.py: the growth of the process's peak resident set
+size (`ru_maxrss`) from just before the model is built to the end of training, in a fresh process with a fixed
+glibc mmap threshold (MALLOC_MMAP_THRESHOLD_=65536) so that freed tensors go back to the system. The planner gets
+the same shape and settings (one device, DDP sharding, float32, SDPA without attention matrices) and its estimate is
+compared with the measurement. The runtime's own memory on this path (trainer, tokenizer, datasets, thread pools) is
+measured once the same way with a tiny model (d_model 64, one layer, vocabulary 256) and given to the planner as
+its `overhead_bytes`. Writes a JSON list and a markdown table.
+
+Usage: nice python scripts/bench_plan.py [--json plan_validation.json] [--markdown plan_validation.md] [--cases a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+try:
+    import stabledrl_trl  # noqa: F401
+except ImportError:  # run from a checkout without installing: the package sits next to scripts/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stabledrl_trl.memory_plan import ModelShape, PlanSettings, estimate
+
+# name -> shape and settings; prompt = P characters of the char-level tokenizer (no chat template), so L = P + C.
+CASES = {
+    "full d512x4": dict(d=512, layers=4, heads=8, mlp=1408, vocab=8192, P=64, C=64, G=4, mc=2, chunk=4, gc=False,
+                         lora=0),
+    "full d512x4 gc": dict(d=512, layers=4, heads=8, mlp=1408, vocab=8192, P=64, C=64, G=4, mc=2, chunk=4, gc=True,
+                             lora=0),
+    "full d768x6 gc": dict(d=768, layers=6, heads=12, mlp=2048, vocab=4096, P=64, C=128, G=4, mc=2, chunk=4,
+                             gc=True, lora=0),
+    "full d256x4 long": dict(d=256, layers=4, heads=4, mlp=704, vocab=16384, P=128, C=256, G=4, mc=2, chunk=8,
+                               gc=False, lora=0),
+    "LoRA r64 d768x6": dict(d=768, layers=6, heads=12, mlp=2048, vocab=4096, P=64, C=128, G=4, mc=2, chunk=4,
+                             gc=False, lora=64),
+    "LoRA r16 d256x4 rollout": dict(d=256, layers=4, heads=4, mlp=704, vocab=32768, P=64, C=64, G=16, mc=1, chunk=1,
+                                    gc=True, lora=16),
+    "LoRA r16 d1024x4 gc": dict(d=1024, layers=4, heads=16, mlp=2816, vocab=8192, P=64, C=128, G=8, mc=2, chunk=4,
+                                  gc=True, lora=16),
+}  # fmt: skip
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
+    p.add_argument("--json", default=None, help="write the rows as JSON here")
+    p.add_argument("--markdown", default=None, help="write the markdown table here")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: measure one case, print JSON
+    return p
+
+
+# The runtime's own memory on this path (trainer, tokenizer, datasets, thread pools): measured with a tiny model.
+BASELINE = dict(CASES["full d512x4"], d=64, layers=1, heads=4, mlp=128, vocab=256)
+
+
+def case_settings(c: dict, overhead: float = 0.0) -> tuple[ModelShape, PlanSettings]:
+    shape = ModelShape(c["d"], c["layers"], c["heads"], c["heads"], c["mlp"], c["vocab"])
+    settings = PlanSettings(
+        gpus=1, sharding="ddp", bf16=False, use_peft=bool(c["lora"]), lora_r=c["lora"] or 16,
+        lora_target_modules=LORA_TARGETS, gradient_checkpointing=c["gc"], per_device_train_batch_size=c["G"],
+        steps_per_generation=1, mc_samples=c["mc"], estimator_chunk_size=c["chunk"], max_prompt_length=c["P"],
+        max_completion_length=c["C"], block_length=min(32, c["C"]), overhead_bytes=overhead,
+    )  # fmt: skip
+    return shape, settings
+
+
+def measure(c: dict) -> int:
+    """Peak RSS growth (bytes) of building the model and training it for two steps, in this process."""
+    import torch
+    from datasets import Dataset
+
+    from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+    from stabledrl_trl.models.llada import LLaDAConfig, LLaDAModelLM
+    from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
+
+    torch.set_num_threads(1)
+    tokenizer = build_tiny_tokenizer()
+    config = LLaDAConfig(**tiny_llada_config_dict(
+        d_model=c["d"], n_layers=c["layers"], n_heads=c["heads"], n_kv_heads=c["heads"], mlp_hidden_size=c["mlp"],
+        vocab_size=c["vocab"], embedding_size=c["vocab"], max_sequence_length=4096,
+    ))  # fmt: skip
+    prompts = [{"prompt": "".join(str((i * 7 + j) % 10) for j in range(c["P"]))} for i in range(16)]
+
+    def reward(prompts, completions, **kwargs):
+        return [sum(ch.isdigit() for ch in t) / 8.0 + 0.01 * i for i, t in enumerate(completions)]
+
+    peft_config = None
+    if c["lora"]:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=c["lora"], lora_alpha=2 * c["lora"], target_modules=LORA_TARGETS,
+                                 task_type="CAUSAL_LM")  # fmt: skip
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    with tempfile.TemporaryDirectory() as out:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = LLaDAModelLM(config)
+        args = StableDRLConfig(
+            output_dir=out, use_cpu=True, bf16=False, report_to="none", temperature=1.0,
+            gradient_checkpointing=c["gc"], estimator_chunk_size=c["chunk"], per_device_train_batch_size=c["G"],
+            num_generations=c["G"], gradient_accumulation_steps=1, mc_samples=c["mc"],
+            max_completion_length=c["C"], block_length=min(32, c["C"]), diffusion_steps=min(32, c["C"]) // 2 * 2,
+            max_steps=2, learning_rate=1e-5, logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True,
+        )  # fmt: skip
+        trainer = StableDRLTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(prompts),
+                                   processing_class=tokenizer, peft_config=peft_config)  # fmt: skip
+        trainer.train()
+        return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * scale
+
+
+def measure_in_subprocess(name: str) -> int:
+    cmd = [sys.executable, __file__, "--worker", name]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_", "65536"),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
+
+
+def run_case(name: str, overhead: float) -> dict:
+    measured = measure_in_subprocess(name)
+    shape, settings = case_settings(CASES[name], overhead)
+    plan = estimate(shape, settings)
+    return {
+        "case": name,
+        "parameters": shape.num_parameters(),
+        "measured_mib": measured / 2**20,
+        "estimate_mib": plan["peak"] / 2**20,
+        "error": plan["peak"] / measured - 1,
+        "phase": plan["phase"],
+        "overhead_mib": overhead / 2**20,
+        "components_mib": {k: v / 2**20 for k, v in plan.items() if k not in ("peak", "phase") and v},
+    }
+
+
+def format_markdown(rows: list[dict]) -> str:
+    lines = ["| case | parameters | measured peak (MiB) | estimate (MiB) | error | peak phase (estimate) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['parameters'] / 1e6:.1f}M | {r['measured_mib']:.0f} | "
+                     f"{r['estimate_mib']:.0f} | {100 * r['error']:+.1f}% | {r['phase']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    a = make_parser().parse_args(argv)
+    if a.worker is not None:
+        print(json.dumps({"peak_bytes": measure(BASELINE if a.worker == "baseline" else CASES[a.worker])}))
+        return []
+    names = [n.strip() for n in a.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise ValueError(f"--cases: unknown {unknown}; known: {list(CASES)}")
+    overhead = measure_in_subprocess("baseline")
+    print(f"runtime overhead (tiny model, same run): {overhead / 2**20:.1f} MiB", flush=True)
+    rows = []
+    for name in names:
+        rows.append(run_case(name, overhead))
+        print(json.dumps(rows[-1]), flush=True)
+    table = format_markdown(rows)
+    print(table)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=2) + "\n")
+    if a.markdown:
+        Path(a.markdown).write_text(table + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
