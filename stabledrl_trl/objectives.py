@@ -3,7 +3,11 @@
 Each objective is a small pure function of tensors: no config object, no trainer state. It returns the per-unit
 loss (one value per group for the self-normalised objectives, one per token for DGPO) together with detached
 statistics for logging; `aggregate_loss` alone turns per-unit losses into the scalar that is back-propagated.
-The trainer looks objectives up by name in `OBJECTIVES` and only dispatches.
+
+The trainer dispatches by name, as verl's `get_policy_loss_fn`: `OBJECTIVES` maps each loss_type to a policy-loss
+entry point taking one `PolicyLossInputs` (per-token log-probs, old log-probs, advantages, mask, group size, EUBO
+and the hyper-parameters as plain values) and returning an `ObjectiveOutput`, whose `level` says how it is
+aggregated and normalised. Registering a new entry with `register_objective` is all the trainer needs.
 
 Non-finite inputs: a sample whose estimate, old estimate or advantage is NaN or infinite is dropped from its
 group (weight 0, counted in `stats["skipped"]`), never propagated; a group with no finite sample contributes 0.
@@ -36,18 +40,58 @@ class ObjectiveOutput:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-OBJECTIVES: dict[str, Callable[..., ObjectiveOutput]] = {}
+@dataclass(frozen=True)
+class PolicyLossInputs:
+    """Everything a registered objective may read for one micro-batch; the trainer builds it, the entry reads it.
+
+    per_token_logps (B, T): the current policy's per-token log-probs (a likelihood estimator's per-token values for a
+    diffusion LM; their masked mean is the sequence estimate), differentiable. old_per_token_logps (B, T): the old
+    policy's, detached (equal to the current values, detached, on-policy). advantages (B,): NaN for a dropped sample.
+    mask (B, T): the completion tokens scored (1) and padding / tool output (0). group_size: G consecutive rows per
+    prompt. eubo (B,) or None: the estimator's upper bound, when it computes one (SPG's sandwich). The rest are the
+    objectives' hyper-parameters, copied from the config as plain values.
+    """
+
+    per_token_logps: torch.Tensor
+    old_per_token_logps: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    group_size: int
+    eubo: torch.Tensor | None = None
+    clip_c: float = 5.0
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    stable_drl_ratio_form: str = "mean"
+    sandwich: bool = False
+    sandwich_omega: float = 0.5
+    dgpo_n: float = 1.0
+    dgpo_m: float = 2.0
+
+    def sequence_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """(B,) masked mean over each row's completion tokens of x (B, T): L(y) from per-token values."""
+        return (x * self.mask).sum(-1) / self.mask.sum(-1).clamp(min=1)
+
+
+# A policy-loss entry point: one micro-batch's inputs -> per-unit loss, level and statistics. `ObjectiveOutput.level`
+# fixes the aggregation (`aggregate_loss`) and the trainer's normaliser: "group" -> mean over the groups of an
+# optimiser step; "token" -> mean over the tokens of the accumulation window (as TRL's `dapo`).
+PolicyLossFn = Callable[[PolicyLossInputs], ObjectiveOutput]
+
+OBJECTIVES: dict[str, PolicyLossFn] = {}
 
 
 def register_objective(name: str):
-    def wrap(fn):
+    """Decorator: register a `PolicyLossFn` under `name` (a loss_type); the trainer then dispatches to it."""
+
+    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
         OBJECTIVES[name] = fn
         return fn
 
     return wrap
 
 
-def get_objective(name: str) -> Callable[..., ObjectiveOutput]:
+def get_objective(name: str) -> PolicyLossFn:
+    """The policy-loss entry point registered for loss_type `name`."""
     if name not in OBJECTIVES:
         raise ValueError(f"Unknown objective {name!r}; known objectives: {sorted(OBJECTIVES)}.")
     return OBJECTIVES[name]
@@ -144,7 +188,6 @@ def _group_stats(log_w: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor
     }
 
 
-@register_objective("stable_drl")
 def stable_drl_loss(
     seq_logps: torch.Tensor,
     old_seq_logps: torch.Tensor,
@@ -187,7 +230,6 @@ def stable_drl_loss(
     return ObjectiveOutput(unit_loss, "group", stats)
 
 
-@register_objective("stable_drl_ratio")
 def stable_drl_ratio_loss(
     seq_log_ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -228,7 +270,6 @@ def stable_drl_ratio_loss(
     return ObjectiveOutput(unit_loss, "group", stats)
 
 
-@register_objective("dgpo")
 def dgpo_loss(
     per_token_logps: torch.Tensor,
     old_per_token_logps: torch.Tensor,
@@ -280,6 +321,52 @@ def dgpo_loss(
         "applied_weight": torch.where(valid, torch.exp((log_r + log_d).detach().clamp(max=80.0)), 0.0),
     }
     return ObjectiveOutput(unit_loss, "token", stats)
+
+
+# ------------------------------------------------------------------ registered entry points (one per loss_type)
+
+
+@register_objective("stable_drl")
+def stable_drl_policy_loss(x: PolicyLossInputs) -> ObjectiveOutput:
+    """`stable_drl_loss` on the sequence estimates L = masked mean of the per-token values; with `sandwich` and an
+    EUBO, J_i is SPG's sandwich (`spg_sandwich`)."""
+    seq = x.sequence_mean(x.per_token_logps)  # (B,)
+    objective = None
+    if x.sandwich and x.eubo is not None:
+        objective = spg_sandwich(seq, x.eubo, x.advantages, x.sandwich_omega)
+    return stable_drl_loss(
+        seq,
+        x.sequence_mean(x.old_per_token_logps),
+        x.advantages,
+        x.group_size,
+        clip_c=x.clip_c,
+        objective_logps=objective,
+    )
+
+
+@register_objective("stable_drl_ratio")
+def stable_drl_ratio_policy_loss(x: PolicyLossInputs) -> ObjectiveOutput:
+    """`stable_drl_ratio_loss` on log rho = L_theta - L_old (form "mean") or the sum of per-token log-ratios ("sum");
+    epsilon is `epsilon_low`."""
+    seq_log_ratio = ((x.per_token_logps - x.old_per_token_logps) * x.mask).sum(-1)  # (B,)
+    if x.stable_drl_ratio_form == "mean":
+        seq_log_ratio = seq_log_ratio / x.mask.sum(-1).clamp(min=1)
+    return stable_drl_ratio_loss(seq_log_ratio, x.advantages, x.group_size, epsilon=x.epsilon_low)
+
+
+@register_objective("dgpo")
+def dgpo_policy_loss(x: PolicyLossInputs) -> ObjectiveOutput:
+    """`dgpo_loss` on the per-token values, token level."""
+    return dgpo_loss(
+        x.per_token_logps,
+        x.old_per_token_logps,
+        x.advantages,
+        x.mask,
+        epsilon_low=x.epsilon_low,
+        epsilon_high=x.epsilon_high,
+        n=x.dgpo_n,
+        m=x.dgpo_m,
+    )
 
 
 PPO_CLIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")

@@ -38,17 +38,16 @@ from .diffusion.family import get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
     SEQUENCE_INPUT,
+    PolicyLossInputs,
     add_kl_penalty,
     aggregate_loss,
-    dgpo_loss,
     equal_reward_groups,
+    get_objective,
     ratio_input,
-    spg_sandwich,
-    stable_drl_loss,
-    stable_drl_ratio_loss,
     trl_applied_weights,
     weight_by_advantage_sign,
 )
+from .scoring_context import ScoringContext
 from .stabledrl_config import (
     GROUP_NORMALISED_LOSS_TYPES,
     OWN_LOSS_TYPES,
@@ -61,11 +60,10 @@ from .validation import short_repr
 
 logger = logging.getLogger(__name__)
 
-# Per-micro-batch metric(s) whose sum is the fraction of samples (tokens) whose ratio is clipped, per loss type.
-_CLIP_METRICS = {
-    "stable_drl": ("stabledrl/clip_frac",),
-    "stable_drl_ratio": ("stabledrl/clip_frac",),
-    "dgpo": ("stabledrl/low_clip_frac", "stabledrl/high_clip_frac"),
+# TRL's losses: the per-micro-batch metric(s) TRL logs whose sum is the fraction of samples (tokens) whose ratio is
+# clipped (TRL computes it inside its loss and returns nothing else). The package's objectives report theirs in
+# their statistics (keys ending in "clip_frac").
+_TRL_CLIP_METRICS = {
     "cispo": ("cispo_clip_ratio",),
     **{t: ("clip_ratio/region_mean",) for t in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")},
 }
@@ -393,13 +391,26 @@ class StableDRLTrainer(GRPOTrainer):
     - `_calculate_rewards`: a non-finite reward (inf, or NaN from every function) drops its sample from the group's
       normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
       row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
-    - `_compute_loss`: the package's objectives; TRL's own loss types go to TRL's implementation. For every objective
+    - `_compute_loss`: the package's objectives, looked up by loss_type in the registry
+      (`objectives.get_objective`) and called with one `PolicyLossInputs`; TRL's own loss types go to TRL's
+      implementation. For every objective
       it logs the mean applied weight of negative- and positive-advantage samples (`stabledrl/weight_mean_neg_adv`,
       `weight_mean_pos_adv`) and, with fresh masks, the estimator's own noise in L_theta - L_old
       (`stabledrl/estimator_noise_std`); `_calculate_rewards` logs `stabledrl/equal_reward_group_frac`.
     - `training_step`: at the end of each optimiser step, logs `stabledrl/all_clipped` (every sample or token of the
       step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
       consecutive such steps (no learning).
+
+    The hooks hand each other per-step state (which masks to draw, the last estimate, the rollout canvases, the rows
+    with non-finite rewards, the step's clipping) through one `ScoringContext` (`scoring_context.py`, which documents
+    each field's writer and reader), created in `__init__`.
+
+    transformers `Trainer` hooks overridden for run safety: `__init__` (checks before and after TRL builds the
+    trainer), `_build_accelerator_args` (DDP's find_unused_parameters per family), `_get_grad_norm` (skips a step
+    with a non-finite gradient norm), `train` (checks the output folder and the checkpoint to resume),
+    `_load_from_checkpoint`, `_issue_warnings_after_load`, `_load_optimizer_and_scheduler` (name the damaged
+    checkpoint file, refuse missing or non-finite weights), `save_model`, `_save_checkpoint` (refuse non-finite
+    weights, report a full disk), `create_model_card` (the package's card).
 
     Mask seeds (`mask_seed_mode`), forward passes per completion with an estimator of cost K (K = mc_samples for
     the Monte-Carlo estimators, 1 for mean_field) and I = num_iterations inner iterations per generation:
@@ -508,13 +519,7 @@ class StableDRLTrainer(GRPOTrainer):
             multinode.check_shared_directory(args.output_dir, "output_dir")
         self._nonfinite_grad_streak = 0
         self._check_reward_text(args)
-        self._canvas_ids: list[list[int]] | None = None  # reward_text="canvas": this process's last rollout canvases
-        self._last_estimate = None
-        self._mask_stream: tuple[int, ...] = (_STREAM_OLD, 0)
-        # (B,) keys of the rows being scored (see `_rollout_row_keys`); None: rows keyed by their index in the call
-        self._mask_rows: torch.Tensor | None = None
-        self._nonfinite_reward_rows = None
-        self._step_all_clipped: bool | None = None  # every micro-batch of the current optimiser step fully clipped
+        self._scoring = ScoringContext(mask_stream=(_STREAM_OLD, 0))  # what the hooks pass each other per step
         self._all_clipped_streak = 0
         self._nonfinite_reward_streak = 0
         self.add_callback(_NonFiniteParameterGuard(self))
@@ -782,7 +787,7 @@ class StableDRLTrainer(GRPOTrainer):
     def _canvas_completions(self, completions: list) -> list:
         """`completions` with each text replaced by its row's decoded canvas (special tokens skipped), in the
         structure TRL builds: a string, or one assistant message for conversational prompts."""
-        canvases, self._canvas_ids = self._canvas_ids, None
+        canvases, self._scoring.canvas_ids = self._scoring.canvas_ids, None
         if canvases is None or len(canvases) != len(completions):
             raise RuntimeError(
                 f"reward_text='canvas': expected the rollout canvases of the {len(completions)} completions being "
@@ -858,7 +863,7 @@ class StableDRLTrainer(GRPOTrainer):
         metrics["stabledrl/rollout_tokens_per_s"].append(float(mask_cpu.sum()) / max(seconds, 1e-9))
         completion_ids = [c[m.bool()].tolist() for c, m in zip(completion_cpu, mask_cpu, strict=True)]
         if self.args.reward_text == "canvas":
-            self._canvas_ids = completion_cpu.tolist()  # (B, C): the whole canvas, after the EOS too
+            self._scoring.canvas_ids = completion_cpu.tolist()  # (B, C): the whole canvas, after the EOS too
         return completion_ids, None
 
     def _get_per_token_logps_and_entropies(
@@ -876,7 +881,9 @@ class StableDRLTrainer(GRPOTrainer):
             )
         prompt_ids, completion_ids = input_ids[:, :-logits_to_keep], input_ids[:, -logits_to_keep:]  # (B, P), (B, C)
         prompt_mask, completion_mask = attention_mask[:, :-logits_to_keep], attention_mask[:, -logits_to_keep:]
-        seeds = mix_seed(self._row_keys(input_ids.shape[0], input_ids.device), self.args.seed, *self._mask_stream)
+        seeds = mix_seed(
+            self._row_keys(input_ids.shape[0], input_ids.device), self.args.seed, *self._scoring.mask_stream
+        )
         with self.accelerator.autocast():
             est = self._family_impl.estimate(
                 self._adapter(model),
@@ -888,7 +895,7 @@ class StableDRLTrainer(GRPOTrainer):
                 seeds=seeds,
                 fill_token_id=self._tokenizer.eos_token_id,
             )
-        self._last_estimate = est
+        self._scoring.last_estimate = est
         self._metrics["train" if self.model.training else "eval"]["stabledrl/estimator_passes"].append(
             float(self._family_impl.estimator_passes(self.args))
         )
@@ -909,8 +916,9 @@ class StableDRLTrainer(GRPOTrainer):
         return rollout_row_keys(first, num_rows, _STREAM_ROWS, mode, device=self.accelerator.device)
 
     def _row_keys(self, num_rows: int, device) -> torch.Tensor:
-        """Keys of the rows being scored: `_mask_rows` (set from the batch), else the rows' indices in the call."""
-        keys = self._mask_rows
+        """Keys of the rows being scored: `ScoringContext.mask_rows` (set from the batch), else the rows' indices in
+        the call."""
+        keys = self._scoring.mask_rows
         if keys is None:
             return torch.arange(num_rows, device=device)
         if keys.shape != (num_rows,):
@@ -930,7 +938,7 @@ class StableDRLTrainer(GRPOTrainer):
         # A finite reward whose square overflows float32 is treated as inf (it would overflow the gradient).
         overflow = rewards.abs() > safety.OVERFLOW_LIMIT  # (N_global, F); False for NaN
         bad = overflow.any(dim=1) | torch.isnan(rewards).all(dim=1)
-        self._nonfinite_reward_rows = bad
+        self._scoring.nonfinite_reward_rows = bad
         if self.model.training:
             self._note_nonfinite_rewards(rewards, bad)
         # share of groups whose total rewards are all equal (zero advantages: nothing learnt from them)
@@ -974,22 +982,24 @@ class StableDRLTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         shared = self.args.mask_seed_mode == "shared"
         step = self.state.global_step
-        self._mask_stream = (_STREAM_ITER, step, 0) if shared else (_STREAM_OLD, step)
-        self._mask_rows = self._rollout_row_keys(len(inputs)) if self.is_diffusion else None
+        scoring = self._scoring
+        # set before super(): TRL's own code scores the old and reference policies through the estimator hook
+        scoring.mask_stream = (_STREAM_ITER, step, 0) if shared else (_STREAM_OLD, step)
+        scoring.mask_rows = self._rollout_row_keys(len(inputs)) if self.is_diffusion else None
         output = super()._generate_and_score_completions(inputs)
         if self.is_diffusion:
-            output["mask_row_key"] = self._mask_rows  # (B,): travels with its row through shuffles and splits
+            output["mask_row_key"] = scoring.mask_rows  # (B,): travels with its row through shuffles and splits
 
         # Samples with a non-finite reward leave their group's normalisation (advantage NaN: objectives drop it).
-        if self._nonfinite_reward_rows is not None:
+        if scoring.nonfinite_reward_rows is not None:
             n_local = output["advantages"].shape[0]
             start = self.accelerator.process_index * n_local
-            bad = self._nonfinite_reward_rows[start : start + n_local].to(output["advantages"].device)
+            bad = scoring.nonfinite_reward_rows[start : start + n_local].to(output["advantages"].device)
             bad = bad | ~torch.isfinite(output["advantages"]) | (output["advantages"].abs() > safety.OVERFLOW_LIMIT)
             if self.loss_type in OWN_LOSS_TYPES:
                 output["advantages"] = torch.where(bad, torch.nan, output["advantages"])
-            self._metrics[mode]["stabledrl/nonfinite_rewards"].append(float(self._nonfinite_reward_rows.sum()))
-            self._nonfinite_reward_rows = None
+            self._metrics[mode]["stabledrl/nonfinite_rewards"].append(float(scoring.nonfinite_reward_rows.sum()))
+            scoring.nonfinite_reward_rows = None
 
         if not self.is_diffusion or mode != "train":
             return output
@@ -1001,7 +1011,7 @@ class StableDRLTrainer(GRPOTrainer):
         bs = self.args.per_device_train_batch_size
 
         def score(model, stream):
-            self._mask_stream = stream
+            scoring.mask_stream = stream
             with torch.no_grad():
                 logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, c, batch_size=bs)
             return logps
@@ -1027,7 +1037,7 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _ref_logps(self, ids, attn, c, stream):
         """Reference-policy log-probs on `stream`'s masks: the reference model, or the policy with adapters off."""
-        self._mask_stream = stream
+        self._scoring.mask_stream = stream
         with torch.no_grad():
             if self.ref_model is not None:
                 logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, attn, c)
@@ -1072,11 +1082,11 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         if self.is_diffusion:
-            self._mask_rows = inputs.get("mask_row_key")
+            self._scoring.mask_rows = inputs.get("mask_row_key")
             j = self._inner_iteration
             if self.args.mask_seed_mode == "shared":
                 gen_step = int(inputs["mask_gen_step"][0]) if "mask_gen_step" in inputs else self.state.global_step
-                self._mask_stream = (_STREAM_ITER, gen_step, j)
+                self._scoring.mask_stream = (_STREAM_ITER, gen_step, j)
                 inputs = dict(inputs)
                 if "old_per_token_logps_iters" in inputs:
                     inputs["old_per_token_logps"] = inputs["old_per_token_logps_iters"][:, j]
@@ -1085,7 +1095,7 @@ class StableDRLTrainer(GRPOTrainer):
             else:
                 # Fresh masks per inner step, the same for every micro-batch and process of that step, so a row's
                 # masks do not depend on where the layout puts it.
-                self._mask_stream = (_STREAM_STEP, self.state.global_step, j)
+                self._scoring.mask_stream = (_STREAM_STEP, self.state.global_step, j)
         if self.loss_type not in OWN_LOSS_TYPES:
             loss = super()._compute_loss(model, inputs)
         else:
@@ -1096,8 +1106,8 @@ class StableDRLTrainer(GRPOTrainer):
             self._log_trl_weights(inputs)
         if self.is_diffusion:
             self._log_estimator_noise(inputs)
-        if self.model.training:
-            self._note_clipping()
+        if self.model.training and self.loss_type not in OWN_LOSS_TYPES:
+            self._note_trl_clipping()
         return loss
 
     # ------------------------------------------------------------------ mechanism and noise diagnostics
@@ -1112,11 +1122,11 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _log_trl_weights(self, inputs):
         """The applied weights of TRL's losses (`objectives.trl_applied_weights`), from the estimate just computed."""
-        if self._last_estimate is None:
+        if self._scoring.last_estimate is None:
             return
         mode = "train" if self.model.training else "eval"
         mask = inputs["completion_mask"].bool()  # (B, C)
-        current = self._last_estimate.token_logps.detach()
+        current = self._scoring.last_estimate.token_logps.detach()
         old = inputs.get("old_per_token_logps")
         log_r = current - (current if old is None else old)  # (B, C); exactly 0 on-policy
         advantages = inputs["advantages"]
@@ -1157,7 +1167,7 @@ class StableDRLTrainer(GRPOTrainer):
         L_theta - L_old, sqrt(2) x the standard error of the current estimate (std over its independent units /
         sqrt(U)), averaged over completions; the old estimate is independent with the same variance. No extra
         forward pass; not logged with fewer than two units per estimate, nor for shared masks or on-policy steps."""
-        est = self._last_estimate
+        est = self._scoring.last_estimate
         if (
             est is None
             or est.sample_seq_logps is None
@@ -1177,10 +1187,10 @@ class StableDRLTrainer(GRPOTrainer):
         """`stabledrl/weight_max` for objectives that do not log it: the largest unclipped ratio they consume,
         per token or per sequence (`objectives.ratio_input`), from the estimate just computed."""
         old = inputs.get("old_per_token_logps")
-        if old is None or self._last_estimate is None:
+        if old is None or self._scoring.last_estimate is None:
             return  # on-policy: every ratio is exactly 1
         mask = inputs["completion_mask"].bool()  # (B, C)
-        log_r = self._last_estimate.token_logps.detach() - old  # (B, C)
+        log_r = self._scoring.last_estimate.token_logps.detach() - old  # (B, C)
         level = ratio_input(self.loss_type, self.args.importance_sampling_level, self.args.stable_drl_ratio_form)
         if level == SEQUENCE_INPUT:
             log_r = ((log_r * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]  # (B, 1)
@@ -1193,15 +1203,14 @@ class StableDRLTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ all-clipped guard
 
-    def _note_clipping(self):
-        """Record whether every sample (token) of this micro-batch, over all processes, had its ratio clipped."""
-        keys = _CLIP_METRICS.get(self.loss_type)
+    def _note_trl_clipping(self):
+        """TRL's losses: record whether every sample (token) of this micro-batch, over all processes, had its ratio
+        clipped, from the clip fraction TRL logged for it (`_TRL_CLIP_METRICS`)."""
+        keys = _TRL_CLIP_METRICS.get(self.loss_type)
         metrics = self._metrics["train"]
         if keys is None or not all(metrics.get(k) for k in keys):
             return
-        fraction = sum(float(metrics[k][-1]) for k in keys)  # the values logged for this micro-batch
-        full = fraction >= 1.0 - 1e-6
-        self._step_all_clipped = full if self._step_all_clipped is None else (self._step_all_clipped and full)
+        self._scoring.note_clipping(sum(float(metrics[k][-1]) for k in keys))  # the values logged for this micro-batch
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         output = super().training_step(model, inputs, num_items_in_batch)
@@ -1212,9 +1221,9 @@ class StableDRLTrainer(GRPOTrainer):
         return output
 
     def _end_clipping_step(self):
-        if self._step_all_clipped is None:
+        full = self._scoring.end_clipping_step()
+        if full is None:
             return
-        full, self._step_all_clipped = self._step_all_clipped, None
         self._all_clipped_streak = self._all_clipped_streak + 1 if full else 0
         self._metrics["train"]["stabledrl/all_clipped"].append(float(full))
         self._metrics["train"]["stabledrl/all_clipped_streak"].append(float(self._all_clipped_streak))
@@ -1248,49 +1257,39 @@ class StableDRLTrainer(GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = per_token_logps.detach() if old is None else old  # (B, C)
         advantages = inputs["advantages"]  # (B,)
-        n_tok = mask.sum(-1).clamp(min=1)  # (B,)
-
-        def seq_mean(x):
-            return (x * mask).sum(-1) / n_tok  # (B,)
-
         g = self.num_generations if mode == "train" else self.num_generations_eval
-        groups_here = advantages.shape[0] // g
-        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
-        if self.loss_type == "stable_drl":
-            seq = seq_mean(per_token_logps)
-            objective = None
-            if self.args.sandwich and self._last_estimate is not None and self._last_estimate.eubo is not None:
-                objective = spg_sandwich(seq, self._last_estimate.eubo, advantages, self.args.sandwich_omega)
-            out = stable_drl_loss(
-                seq, seq_mean(old), advantages, g, clip_c=self.args.clip_c, objective_logps=objective
-            )
-            out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
-            loss = aggregate_loss(out, normalizer=groups_here * accumulation)
-        elif self.loss_type == "stable_drl_ratio":
-            # (B,) log of the sequence ratio: L_theta - L_old (form "mean") or the sum of per-token log-ratios
-            seq_log_ratio = ((per_token_logps - old) * mask).sum(-1)
-            if self.args.stable_drl_ratio_form == "mean":
-                seq_log_ratio = seq_log_ratio / n_tok
-            out = stable_drl_ratio_loss(seq_log_ratio, advantages, g, epsilon=self.epsilon_low)
-            out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
-            loss = aggregate_loss(out, normalizer=groups_here * accumulation)
-        else:  # dgpo: token-mean over the accumulation window, as TRL's `dapo`
-            out = dgpo_loss(
-                per_token_logps,
-                old,
-                advantages,
-                mask,
-                epsilon_low=self.epsilon_low,
-                epsilon_high=self.epsilon_high,
-                n=self.args.dgpo_n,
-                m=self.args.dgpo_m,
-            )
-            out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
+        estimate = self._scoring.last_estimate
+        args = self.args
+        x = PolicyLossInputs(
+            per_token_logps=per_token_logps,
+            old_per_token_logps=old,
+            advantages=advantages,
+            mask=mask,
+            group_size=g,
+            eubo=None if estimate is None else estimate.eubo,
+            clip_c=args.clip_c,
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+            stable_drl_ratio_form=args.stable_drl_ratio_form,
+            sandwich=args.sandwich,
+            sandwich_omega=args.sandwich_omega,
+            dgpo_n=args.dgpo_n,
+            dgpo_m=args.dgpo_m,
+        )
+        out = get_objective(self.loss_type)(x)
+        out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
+        if out.level == "group":  # mean over the groups of the optimiser step
+            accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+            loss = aggregate_loss(out, normalizer=(advantages.shape[0] // g) * accumulation)
+        else:  # token level: token-mean over the accumulation window, as TRL's `dapo`
             normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if mode == "train":
-                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+                normalizer = normalizer * self.current_gradient_accumulation_steps / args.steps_per_generation
             loss = aggregate_loss(out, mask, normalizer)
-        self._log_objective_stats(mode, out.stats, entropies, mask)
+        logged = self._log_objective_stats(mode, out.stats, entropies, mask)
+        clip_keys = [k for k in logged if k.endswith("clip_frac")]  # e.g. clip_frac; dgpo: low_ and high_clip_frac
+        if mode == "train" and clip_keys:
+            self._scoring.note_clipping(sum(logged[k] for k in clip_keys))
         applied = out.stats["applied_weight"]
         self._log_applied_weights(mode, applied, advantages, mask if applied.dim() == 2 else None)
         return loss
@@ -1314,16 +1313,18 @@ class StableDRLTrainer(GRPOTrainer):
         self._metrics[mode]["kl"].append(float(totals[0] / totals[1].clamp(min=1.0)))
         return out
 
-    def _log_objective_stats(self, mode, stats, entropies, mask):
+    def _log_objective_stats(self, mode, stats, entropies, mask) -> dict[str, float]:
+        """Log the objective's scalar statistics as `stabledrl/<key>` (reduced over processes); returns them."""
         m = self._metrics[mode]
+        logged = {}
         for key, value in stats.items():
             if key in ("weights", "applied_weight") or not isinstance(value, torch.Tensor) or value.ndim != 0:
                 continue
             reduce = "max" if key.endswith("max") else ("sum" if key == "skipped" else "mean")
             v = gather(value.detach().float().reshape(1))
-            m[f"stabledrl/{key}"].append(
-                float(v.max() if reduce == "max" else v.sum() if reduce == "sum" else v.mean())
-            )
+            logged[key] = float(v.max() if reduce == "max" else v.sum() if reduce == "sum" else v.mean())
+            m[f"stabledrl/{key}"].append(logged[key])
         if entropies is not None:
             ent = gather(((entropies * mask).sum() / mask.sum().clamp(min=1)).detach().reshape(1))
             m["entropy"].append(float(ent.mean()))
+        return logged

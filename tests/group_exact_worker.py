@@ -145,8 +145,8 @@ def _reference(trainer, initial, final, rows, loss_type, g, args, out_path):
     adv = torch.stack([r["advantages"] for r in rows])
     ids = torch.cat([prompt_ids, completion_ids], 1)
     am = torch.cat([prompt_mask, completion_mask], 1)
-    trainer._mask_stream = (3, 0, 0)  # the fresh-mask stream of optimiser step 0, inner iteration 0
-    trainer._mask_rows = torch.stack([r["mask_row_key"] for r in rows])  # each row's own masks, as in training
+    trainer._scoring.mask_stream = (3, 0, 0)  # the fresh-mask stream of optimiser step 0, inner iteration 0
+    trainer._scoring.mask_rows = torch.stack([r["mask_row_key"] for r in rows])  # each row's own masks (as in training)
     logps, _, _ = trainer._get_per_token_logps_and_entropies(initial, ids, am, completion_ids.size(1))
     n_tok = completion_mask.sum(-1).clamp(min=1)
     if loss_type == "stable_drl":

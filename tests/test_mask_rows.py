@@ -65,7 +65,7 @@ def test_identical_completions_of_a_group_get_independent_masks(tmp_path):
         assert len(set(seq.tolist())) == 4, seq  # ... with four different likelihood estimates (their own masks)
 
     # What separates them is the row key alone: the same rows under one shared key get one estimate.
-    trainer._mask_stream, trainer._mask_rows = (1, 0), torch.zeros(8, dtype=torch.long)
+    trainer._scoring.mask_stream, trainer._scoring.mask_rows = (1, 0), torch.zeros(8, dtype=torch.long)
     am = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
     with torch.no_grad():
         shared, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, mask.shape[1])
@@ -80,15 +80,15 @@ def test_a_row_keeps_its_masks_in_any_micro_batch(tmp_path):
     am[1, :3] = 0  # left padding
     am[4, 9:] = 0  # completion ends early
     keys = rollout_row_keys(40, 6, 5, 0)
-    trainer._mask_stream = (3, 2, 1)
+    trainer._scoring.mask_stream = (3, 2, 1)
     with torch.no_grad():
-        trainer._mask_rows = keys
+        trainer._scoring.mask_rows = keys
         whole, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 6)
         perm = torch.tensor([4, 1, 5])
-        trainer._mask_rows = keys[perm]
+        trainer._scoring.mask_rows = keys[perm]
         part, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids[perm], am[perm], 6)
     torch.testing.assert_close(part, whole[perm], rtol=0, atol=1e-6)
-    trainer._mask_rows = keys[:3]
+    trainer._scoring.mask_rows = keys[:3]
     with pytest.raises(RuntimeError, match="one key per row"):
         trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 6)
 

@@ -144,7 +144,7 @@ def planted_inputs(trainer):
     completion_ids = torch.tensor([[10, 11, 12, 0]] * 4)
     mask = torch.ones_like(completion_ids)
     ids, am = torch.cat([prompt_ids, completion_ids], 1), torch.cat([torch.ones_like(prompt_ids), mask], 1)
-    trainer._mask_stream = (2, 0, 0)  # the shared stream _compute_loss uses at step 0, iteration 0
+    trainer._scoring.mask_stream = (2, 0, 0)  # the shared stream _compute_loss uses at step 0, iteration 0
     with torch.no_grad():
         logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 4)
     old = logps - RATIOS.log()[:, None]  # every token's log-ratio is log r, so is the token mean
@@ -188,12 +188,12 @@ def test_trainer_logs_estimator_noise_with_fresh_masks(tmp_path):
     trainer._compute_loss(trainer.model, inputs)
     logged = trainer._metrics["train"]["stabledrl/estimator_noise_std"][-1]
     # the estimate _compute_loss made (stream (3, step 0, iteration 0)), recomputed: same per-row masks
-    trainer._mask_stream = (3, 0, 0)
+    trainer._scoring.mask_stream = (3, 0, 0)
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     am = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     with torch.no_grad():
         trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 4)
-    units = trainer._last_estimate.sample_seq_logps.double()  # (4, 4): four passes, one unit each
+    units = trainer._scoring.last_estimate.sample_seq_logps.double()  # (4, 4): four passes, one unit each
     by_hand = math.sqrt(2) * sum(units[b].std().item() / 2 for b in range(4)) / 4
     assert logged == pytest.approx(by_hand, rel=1e-4) and logged > 0
     assert torch.allclose(estimator_standard_error(units), units.std(-1) / 2)

@@ -14,6 +14,7 @@ import torch
 from stabledrl_trl.objectives import (
     OBJECTIVES,
     ObjectiveOutput,
+    PolicyLossInputs,
     aggregate_loss,
     dgpo_loss,
     get_objective,
@@ -619,13 +620,60 @@ def test_stable_drl_ratio_stats_use_unclipped_ratios():
     assert out.stats["log_ratio_std"].item() == pytest.approx(statistics.stdev(log_ratio.tolist()))
 
 
-def test_registry_and_unknown_name():
-    assert get_objective("stable_drl") is stable_drl_loss
-    assert get_objective("stable_drl_ratio") is stable_drl_ratio_loss
-    assert get_objective("dgpo") is dgpo_loss
-    assert {"stable_drl", "stable_drl_ratio", "dgpo"} <= set(OBJECTIVES)
+def test_registry_lists_exactly_the_package_loss_types_and_refuses_unknown_names():
+    from stabledrl_trl.stabledrl_config import OWN_LOSS_TYPES
+
+    assert sorted(OBJECTIVES) == sorted(OWN_LOSS_TYPES)
     with pytest.raises(ValueError, match=r"'grpo_typo'.*stable_drl"):
         get_objective("grpo_typo")
+
+
+def _policy_inputs(**hyper) -> PolicyLossInputs:
+    """Two groups of three rows, four token slots, ragged masks; per-token values as log-probs."""
+    gen = torch.Generator().manual_seed(3)
+    logps = (-torch.rand(6, 4, generator=gen, dtype=F64) * 2).requires_grad_(True)  # (B, T)
+    old = logps.detach() + 0.3 * torch.randn(6, 4, generator=gen, dtype=F64)  # (B, T)
+    mask = t64([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    adv = t64([1.0, -0.5, -0.5, 0.7, -0.2, -0.5])
+    eubo = -torch.rand(6, generator=gen, dtype=F64)
+    return PolicyLossInputs(logps, old, adv, mask, 3, eubo=eubo, **hyper)
+
+
+def _same(a: ObjectiveOutput, b: ObjectiveOutput):
+    assert a.level == b.level
+    torch.testing.assert_close(a.unit_loss, b.unit_loss, rtol=0, atol=0)
+    assert sorted(a.stats) == sorted(b.stats)
+    for k in a.stats:
+        torch.testing.assert_close(a.stats[k], b.stats[k], rtol=0, atol=0)
+
+
+def test_stable_drl_entry_is_the_pure_function_on_masked_sequence_means():
+    x = _policy_inputs(clip_c=1.5)
+    n = x.mask.sum(-1)
+    seq, old_seq = (x.per_token_logps * x.mask).sum(-1) / n, (x.old_per_token_logps * x.mask).sum(-1) / n
+    _same(get_objective("stable_drl")(x), stable_drl_loss(seq, old_seq, x.advantages, 3, clip_c=1.5))
+    # the sandwich reads the EUBO only when asked to
+    x = _policy_inputs(clip_c=1.5, sandwich=True, sandwich_omega=0.25)
+    j = spg_sandwich(seq, x.eubo, x.advantages, 0.25)
+    _same(
+        get_objective("stable_drl")(x), stable_drl_loss(seq, old_seq, x.advantages, 3, clip_c=1.5, objective_logps=j)
+    )
+
+
+@pytest.mark.parametrize("form", ["mean", "sum"])
+def test_stable_drl_ratio_entry_builds_the_sequence_log_ratio_of_its_form(form):
+    x = _policy_inputs(epsilon_low=0.1, epsilon_high=0.9, stable_drl_ratio_form=form)
+    total = ((x.per_token_logps - x.old_per_token_logps) * x.mask).sum(-1)
+    log_ratio = total / x.mask.sum(-1) if form == "mean" else total
+    _same(get_objective("stable_drl_ratio")(x), stable_drl_ratio_loss(log_ratio, x.advantages, 3, epsilon=0.1))
+
+
+def test_dgpo_entry_passes_its_hyperparameters():
+    x = _policy_inputs(epsilon_low=0.1, epsilon_high=0.3, dgpo_n=2.0, dgpo_m=3.0)
+    expected = dgpo_loss(
+        x.per_token_logps, x.old_per_token_logps, x.advantages, x.mask, epsilon_low=0.1, epsilon_high=0.3, n=2.0, m=3.0
+    )
+    _same(get_objective("dgpo")(x), expected)
 
 
 def test_bad_hyperparameters_raise_value_error():

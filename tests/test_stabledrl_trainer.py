@@ -26,7 +26,21 @@ EXPECTED_HOOKS = {
     "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
     "_prepare_inputs": ["self", "generation_batch"],
     "_compute_loss": ["self", "model", "inputs"],
+    "training_step": ["self", "model", "inputs", "num_items_in_batch"],
 }
+# transformers' Trainer hooks StableDRLTrainer overrides for run safety (checkpoints, non-finite guards, DDP, card).
+TRAINER_HOOKS = (
+    "__init__",
+    "_build_accelerator_args",
+    "_get_grad_norm",
+    "train",
+    "_load_from_checkpoint",
+    "_issue_warnings_after_load",
+    "_load_optimizer_and_scheduler",
+    "save_model",
+    "_save_checkpoint",
+    "create_model_card",
+)
 
 
 def digit_reward(prompts, completions, **kwargs):
@@ -85,6 +99,21 @@ def test_overridden_hooks_exist_in_trl_with_expected_signature(name):
     assert name in StableDRLTrainer.__doc__
 
 
+def test_every_override_is_listed_documented_and_accepts_the_parents_arguments():
+    overrides = {n for n, v in StableDRLTrainer.__dict__.items() if callable(v) and hasattr(GRPOTrainer, n)}
+    assert overrides == set(EXPECTED_HOOKS) | set(TRAINER_HOOKS), "a new override: list it here and in the docstring"
+    for name in sorted(overrides):
+        assert f"`{name}`" in StableDRLTrainer.__doc__, name
+        parent = inspect.signature(getattr(GRPOTrainer, name)).parameters
+        child = inspect.signature(StableDRLTrainer.__dict__[name]).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in child.values())
+        missing = [p for p in parent if p not in child and parent[p].kind is not inspect.Parameter.VAR_KEYWORD]
+        assert takes_any or not missing, (name, missing)
+        # positional order kept where the override names the parameters
+        named = [p for p in child if p in parent]
+        assert named == [p for p in parent if p in named], (name, named)
+
+
 def test_training_steps_run_every_override_and_change_the_model(tmp_path):
     tok = build_tiny_tokenizer()
     model = make_llada()
@@ -133,6 +162,46 @@ def test_training_steps_run_every_override_and_change_the_model(tmp_path):
         assert h["stabledrl/estimator_noise_std"] > 0 and 0.0 <= h["stabledrl/equal_reward_group_frac"] <= 1.0
         # fresh masks: the old policy is scored on its own masks, so weights differ from 1 even at step one
         assert h["stabledrl/log_ratio_std"] > 0
+
+
+def test_trainer_dispatches_to_a_registered_objective_without_edits(tmp_path, monkeypatch):
+    """Replace the registered entry of loss_type "stable_drl" with a toy one: the trainer calls it with the batch's
+    inputs and the config's hyper-parameters, normalises its group loss and logs its statistics."""
+    from stabledrl_trl import objectives
+
+    seen = []
+
+    def toy(x: objectives.PolicyLossInputs) -> objectives.ObjectiveOutput:
+        seen.append(x)
+        groups = x.advantages.shape[0] // x.group_size
+        unit = 0.0 * x.per_token_logps.sum() + torch.full((groups,), 3.0)  # (G_n,), differentiable
+        ones = torch.ones_like(x.advantages)
+        return objectives.ObjectiveOutput(unit, "group", {"toy_stat": torch.tensor(0.25), "applied_weight": ones})
+
+    monkeypatch.setitem(objectives.OBJECTIVES, "stable_drl", toy)
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, max_steps=2, clip_c=3.5, per_device_train_batch_size=8),
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    trainer.train()
+    assert len(seen) == 2
+    for x in seen:
+        assert x.group_size == 4 and x.clip_c == 3.5 and x.per_token_logps.shape == x.mask.shape
+        assert x.per_token_logps.requires_grad and not x.old_per_token_logps.requires_grad
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2
+    for h in logs:
+        # two groups of 3.0 per micro-batch, divided by the two groups of the optimiser step
+        assert h["loss"] == pytest.approx(3.0)
+        assert h["stabledrl/toy_stat"] == pytest.approx(0.25)
+    # the toy's applied weights (all 1) reach the per-sign means
+    weights = [
+        h[k] for h in logs for k in ("stabledrl/weight_mean_neg_adv", "stabledrl/weight_mean_pos_adv") if k in h
+    ]
+    assert weights and all(w == 1.0 for w in weights)
 
 
 def test_lora_trains_adapters_only(tmp_path):
@@ -247,7 +316,7 @@ def test_grpo_gradient_grows_with_planted_ratio_but_stable_drl_does_not(tmp_path
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop; this test calls the loss directly
         ids = torch.cat([prompt_ids, completion_ids], 1)
         am = torch.cat([prompt_mask, completion_mask], 1)
-        trainer._mask_stream = (2, 0, 0)
+        trainer._scoring.mask_stream = (2, 0, 0)
         with torch.no_grad():
             logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, am, completion_ids.size(1))
         old = logps.clone()
@@ -535,10 +604,10 @@ def test_trl_sequence_level_grpo_uses_exactly_the_estimators_sequence_log_weight
     prompt_ids = torch.tensor([[3, 20, 21, 2, 4]] * g)
     prompt_mask = torch.ones_like(prompt_ids)
     ids, am = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
-    trainer._mask_stream = (1, 0)  # the old policy's own masks
+    trainer._scoring.mask_stream = (1, 0)  # the old policy's own masks
     with torch.no_grad():
         old, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, am, completion_ids.size(1))
-    old_seq = trainer._last_estimate.seq_logps.clone()
+    old_seq = trainer._scoring.last_estimate.seq_logps.clone()
     inputs = dict(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
@@ -550,7 +619,7 @@ def test_trl_sequence_level_grpo_uses_exactly_the_estimators_sequence_log_weight
         mask_gen_step=torch.zeros(g, dtype=torch.long),
     )
     loss = trainer._compute_loss(model, inputs)
-    seq = trainer._last_estimate.seq_logps.detach()
+    seq = trainer._scoring.last_estimate.seq_logps.detach()
     assert not torch.allclose(seq, old_seq)  # independent masks: the weight is not 1
     # by hand: rho = exp(L_theta - L_old), GRPO's conditional clip, mean over the G sequences (1/G)
     rho = torch.exp(seq - old_seq)
@@ -578,12 +647,12 @@ def test_fresh_per_token_ratios_are_mask_noise_and_shared_masks_are_not(tmp_path
             processing_class=tok,
         )
         with torch.no_grad():
-            trainer._mask_stream = (2, 0, 0) if mode == "shared" else (1, 0)
+            trainer._scoring.mask_stream = (2, 0, 0) if mode == "shared" else (1, 0)
             old, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 8)
-            old_seq = trainer._last_estimate.seq_logps
-            trainer._mask_stream = (2, 0, 0) if mode == "shared" else (3, 0, 0)
+            old_seq = trainer._scoring.last_estimate.seq_logps
+            trainer._scoring.mask_stream = (2, 0, 0) if mode == "shared" else (3, 0, 0)
             cur, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, 8)
-            cur_seq = trainer._last_estimate.seq_logps
+            cur_seq = trainer._scoring.last_estimate.seq_logps
         spread[mode] = ((cur - old).abs().max().item(), (cur_seq - old_seq).abs().max().item())
     assert spread["shared"] == (0.0, 0.0)  # the same masks, the same policy: every ratio is exactly 1
     token_fresh, seq_fresh = spread["fresh"]

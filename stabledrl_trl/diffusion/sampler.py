@@ -270,8 +270,122 @@ def generate(
     validate_sampler_args(gen_length, block_length, steps, temperature, remasking, cfg_scale, mask_token_id)
     validate_fast_args(top_k, top_p, cache, threshold, max_tokens_per_step)
     _validate_prompt(prompt_ids, prompt_mask, mask_token_id)
-    eos_token_ids = _normalise_eos_ids(eos_token_ids)
     needs_random = temperature > 0 or remasking == "random"
+    _check_call(logits_fn, prompt_ids, generator, needs_random, temperature, remasking, cache)
+    eos_token_ids = _normalise_eos_ids(eos_token_ids)
+    keep_fn = _accepts_logits_to_keep(logits_fn)
+    batch_size, prompt_length = prompt_ids.shape
+    device = prompt_ids.device
+    num_blocks = gen_length // block_length
+    steps_per_block = steps // num_blocks
+    x, attention_mask, uncond_prompt = _initial_canvas(prompt_ids, prompt_mask, gen_length, mask_token_id, cfg_scale)
+    guided = uncond_prompt is not None
+    gens = row_generators(generator, batch_size) if needs_random else None
+    eos = torch.tensor(eos_token_ids, dtype=torch.long, device=device) if eos_token_ids else None
+    stop_rows = early_stop and eos is not None
+    active = torch.arange(batch_size, device=device)  # (A,) rows still decoding
+    passes = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,)
+    calls = 0
+    model_settings = dict(
+        mask_token_id=mask_token_id, cfg_scale=cfg_scale if guided else None, keep_fn=keep_fn, cache=cache
+    )
+    step_settings = dict(
+        mask_token_id=mask_token_id,
+        temperature=temperature,
+        remasking=remasking,
+        top_k=top_k,
+        top_p=top_p,
+        threshold=threshold,
+        max_tokens_per_step=max_tokens_per_step,
+    )
+
+    for block in range(num_blocks):
+        start = prompt_length + block * block_length
+        end = start + block_length
+        block_masked = x[active, start:end] == mask_token_id  # (A, block)
+        reveal_counts = uniform_reveal_schedule(block_masked.sum(dim=1), steps_per_block)  # (A, steps_per_block)
+        ids, mask = _model_inputs(x, attention_mask, uncond_prompt, active, prompt_length)  # (R, L)
+        kv_cache = None if cache == "none" else CanvasCache()
+        step_settings["gens"] = [gens[i] for i in active.tolist()] if gens else None
+        for step in range(steps_per_block):
+            window_start = None if (kv_cache is None or step == 0) else start
+            calls += 1
+            passes[active] += 2 if guided else 1
+            logits_args = (logits_fn, ids, mask, start, end, active.shape[0], kv_cache, window_start)
+            new_block = sampling_step(
+                _block_logits(*logits_args, **model_settings),
+                x[active, start:end],
+                reveal_counts[:, step],
+                **step_settings,
+            )  # (A, block); the (A, block, V) logits are freed inside the step
+            x[active, start:end] = new_block
+            if step + 1 < steps_per_block:
+                if threshold is not None and not bool((new_block == mask_token_id).any()):
+                    break  # every position of the block is revealed: the remaining steps would reveal nothing
+                ids, mask = _refresh_block(ids, mask, new_block, start, end, guided)
+        if stop_rows:
+            finished = torch.isin(x[active, prompt_length:end], eos).any(dim=1)  # (A,)
+            if bool(finished.any()):
+                x[active[finished], end:] = eos_token_ids[0]
+                active = active[~finished]
+                if active.numel() == 0:
+                    break
+
+    completion_ids = x[:, prompt_length:].clone()  # (B, G)
+    return SamplerOutput(
+        completion_ids=completion_ids,
+        completion_mask=completion_mask_from_ids(completion_ids, eos_token_ids),
+        forward_passes=passes,
+        model_calls=calls,
+    )
+
+
+def sampling_step(
+    block_logits: torch.Tensor,
+    block: torch.Tensor,
+    reveal_count: torch.Tensor,
+    *,
+    mask_token_id: int,
+    temperature: float = 0.0,
+    remasking: str = "low_confidence",
+    top_k: int | None = None,
+    top_p: float | None = None,
+    gens: list[torch.Generator] | None = None,
+    threshold: float | None = None,
+    max_tokens_per_step: int | None = None,
+) -> torch.Tensor:
+    """One denoising step of LLaDA's sampler on the current block (LLaDA's generate.py, one inner iteration).
+
+        x0_i    = argmax_v (logits_iv - T log(-log u_iv))       Gumbel-max draw (argmax at T = 0), top-k / top-p
+                                                                 filtered when set
+        conf_i  = softmax(logits_i)[x0_i]  ("low_confidence")  or u_i ~ U(0, 1)  ("random"); -inf if i is revealed
+        k       = reveal_count, raised to the number of conf_i > threshold (capped at max_tokens_per_step) when
+                  `threshold` is set, at most the number of masked positions
+        block_i <- x0_i for the k masked positions of highest confidence; revealed positions never change
+
+    block_logits (A, block, V): guided logits of the block's positions in >= float32, the mask token at -inf (not
+    modified). block (A, block) long: the block's current tokens. reveal_count (A,) long. gens: one generator per
+    row (None when nothing is random). Returns the new block (A, block).
+    """
+    candidates, confidence = _candidates_and_confidence(
+        block_logits, temperature, remasking, top_k, top_p, gens
+    )  # (A, block) each
+    del block_logits  # the (A, block, V) tensor is not needed any more
+    still_masked = block == mask_token_id  # (A, block)
+    confidence = torch.where(still_masked, confidence.double(), -torch.inf)  # (A, block)
+    count = reveal_count  # (A,)
+    if threshold is not None:
+        above = (confidence > threshold).sum(dim=1)  # (A,)
+        if max_tokens_per_step is not None:
+            above = above.clamp(max=max_tokens_per_step)
+        count = torch.maximum(count, above)
+    count = torch.minimum(count, still_masked.sum(dim=1))
+    reveal = _top_k_mask(confidence, count)  # (A, block) bool
+    return torch.where(reveal, candidates, block)  # (A, block)
+
+
+def _check_call(logits_fn, prompt_ids, generator, needs_random, temperature, remasking, cache) -> None:
+    """The generator a random sampler needs, on the prompt's device; a cache only with a model that has one."""
     if needs_random and generator is None:
         raise ValueError(
             f"generator is None but temperature={temperature} / remasking={remasking!r} needs random numbers; pass "
@@ -287,15 +401,14 @@ def generate(
             f"cache={cache!r} needs a model with a key/value cache path (LLaDA through as_diffusion_lm); "
             f"{type(logits_fn).__name__} has none. Use cache='none'."
         )
-    keep_fn = _accepts_logits_to_keep(logits_fn)
 
+
+def _initial_canvas(prompt_ids, prompt_mask, gen_length, mask_token_id, cfg_scale):
+    """The canvas x (B, P + G): prompt then mask tokens; its attention mask (B, P + G) or None; for guidance the
+    unconditional prompt (B, P): real prompt tokens become mask tokens, pads stay pads (masked from attention)."""
     batch_size, prompt_length = prompt_ids.shape
     device = prompt_ids.device
-    num_blocks = gen_length // block_length
-    steps_per_block = steps // num_blocks
-    total_length = prompt_length + gen_length
-
-    x = torch.full((batch_size, total_length), mask_token_id, dtype=torch.long, device=device)  # (B, L)
+    x = torch.full((batch_size, prompt_length + gen_length), mask_token_id, dtype=torch.long, device=device)
     x[:, :prompt_length] = prompt_ids
     attention_mask = None
     if prompt_mask is not None:
@@ -303,112 +416,56 @@ def generate(
         attention_mask = torch.cat([prompt_mask, completion_ones], dim=1)  # (B, L)
     uncond_prompt = None
     if cfg_scale > 0:
-        # Unconditional pass: real prompt tokens become mask tokens; pad positions stay pads (masked from attention).
         prompt_real = torch.ones_like(prompt_ids, dtype=torch.bool) if prompt_mask is None else prompt_mask.bool()
         uncond_prompt = torch.where(prompt_real, torch.full_like(prompt_ids, mask_token_id), prompt_ids)  # (B, P)
-    gens = row_generators(generator, batch_size) if needs_random else None
-    eos = torch.tensor(eos_token_ids, dtype=torch.long, device=device) if eos_token_ids else None
-    stop_rows = early_stop and eos is not None
+    return x, attention_mask, uncond_prompt
 
-    active = torch.arange(batch_size, device=device)  # (A,) rows still decoding
-    passes = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,)
-    calls = 0
 
-    def model_inputs(rows):
-        """(R, L) ids and mask for the active rows, doubled for guidance (conditional rows first)."""
-        ids = x.index_select(0, rows)  # (A, L)
-        mask = None if attention_mask is None else attention_mask.index_select(0, rows)  # (A, L)
-        if uncond_prompt is None:
-            return ids, mask
-        uncond = torch.cat([uncond_prompt.index_select(0, rows), ids[:, prompt_length:]], dim=1)  # (A, L)
-        return torch.cat([ids, uncond], dim=0), (None if mask is None else torch.cat([mask, mask], dim=0))
+def _model_inputs(x, attention_mask, uncond_prompt, rows, prompt_length):
+    """(R, L) ids and mask for the active rows, doubled for guidance (conditional rows first)."""
+    ids = x.index_select(0, rows)  # (A, L)
+    mask = None if attention_mask is None else attention_mask.index_select(0, rows)  # (A, L)
+    if uncond_prompt is None:
+        return ids, mask
+    uncond = torch.cat([uncond_prompt.index_select(0, rows), ids[:, prompt_length:]], dim=1)  # (A, L)
+    return torch.cat([ids, uncond], dim=0), (None if mask is None else torch.cat([mask, mask], dim=0))
 
-    def block_logits_of(ids, mask, start, end, kv_cache, window_start):
-        """Logits (A, block, V) at canvas positions [start, end), guidance applied, in >= float32."""
-        nonlocal calls
-        calls += 1
-        passes[active] += 1 if uncond_prompt is None else 2
-        if kv_cache is not None:
-            kv_cache.window_start = window_start
-            keep = torch.arange(start - (window_start or 0), end - (window_start or 0), device=device)
-            inp = ids if window_start is None else ids[:, window_start:]
-            if window_start is not None and cache == "dual":
-                inp = ids[:, window_start:end]
-            logits = logits_fn(inp, mask, logits_to_keep=keep, cache=kv_cache)  # (R, block, V)
-            fresh = True
-        elif keep_fn:
-            keep = torch.arange(start, end, device=device)  # (block,)
-            logits = logits_fn(ids, mask, logits_to_keep=keep)  # (R, block, V)
-            fresh = True
-        else:
-            logits = logits_fn(ids, mask)  # (R, L, V)
-            _check_logits(logits, ids.shape[0], ids.shape[1], mask_token_id)
-            logits = logits[:, start:end]
-            fresh = False
-        _check_logits(logits, ids.shape[0], end - start, mask_token_id)
-        compute_dtype = torch.promote_types(logits.dtype, torch.float32)
-        rows = active.shape[0]
-        if uncond_prompt is not None:
-            cond, uncond = logits[:rows].to(compute_dtype), logits[rows:].to(compute_dtype)  # (A, block, V) each
-            out = uncond + (cfg_scale + 1) * (cond - uncond)
-        elif fresh and logits.dtype == compute_dtype:
-            out = logits  # a fresh tensor the model made for this call: modified in place below
-        else:
-            # A copy: the -inf below must not write into the caller's logits.
-            out = logits.to(compute_dtype, copy=True)
-        out[..., mask_token_id] = -torch.inf  # the mask token is never a candidate
-        return out
 
-    for block in range(num_blocks):
-        start = prompt_length + block * block_length
-        end = start + block_length
-        block_masked = x[active, start:end] == mask_token_id  # (A, block)
-        reveal_counts = uniform_reveal_schedule(block_masked.sum(dim=1), steps_per_block)  # (A, steps_per_block)
-        ids, mask = model_inputs(active)
-        kv_cache = None if cache == "none" else CanvasCache()
-        active_gens = [gens[i] for i in active.tolist()] if gens else None
-
-        for step in range(steps_per_block):
-            window_start = None if (kv_cache is None or step == 0) else start
-            block_logits = block_logits_of(ids, mask, start, end, kv_cache, window_start)  # (A, block, V)
-            candidates, confidence = _candidates_and_confidence(
-                block_logits, temperature, remasking, top_k, top_p, active_gens
-            )  # (A, block) each
-            del block_logits
-            current = x[active, start:end]  # (A, block)
-            still_masked = current == mask_token_id  # (A, block)
-            confidence = torch.where(still_masked, confidence.double(), -torch.inf)  # (A, block)
-            count = reveal_counts[:, step]  # (A,)
-            if threshold is not None:
-                above = (confidence > threshold).sum(dim=1)  # (A,)
-                if max_tokens_per_step is not None:
-                    above = above.clamp(max=max_tokens_per_step)
-                count = torch.maximum(count, above)
-            count = torch.minimum(count, still_masked.sum(dim=1))
-            reveal = _top_k_mask(confidence, count)  # (A, block) bool
-            new_block = torch.where(reveal, candidates, current)  # (A, block)
-            x[active, start:end] = new_block
-            if step + 1 < steps_per_block:
-                if threshold is not None and not bool((new_block == mask_token_id).any()):
-                    break  # every position of the block is revealed: the remaining steps would reveal nothing
-                ids, mask = _refresh_block(ids, mask, new_block, start, end, uncond_prompt is not None)
-
-        if stop_rows:
-            finished = torch.isin(x[active, prompt_length:end], eos).any(dim=1)  # (A,)
-            if bool(finished.any()):
-                done = active[finished]
-                x[done, end:] = eos_token_ids[0]
-                active = active[~finished]
-                if active.numel() == 0:
-                    break
-
-    completion_ids = x[:, prompt_length:].clone()  # (B, G)
-    return SamplerOutput(
-        completion_ids=completion_ids,
-        completion_mask=completion_mask_from_ids(completion_ids, eos_token_ids),
-        forward_passes=passes,
-        model_calls=calls,
-    )
+def _block_logits(
+    logits_fn, ids, mask, start, end, rows, kv_cache, window_start, *, mask_token_id, cfg_scale, keep_fn, cache
+):
+    """Logits (A, block, V) at canvas positions [start, end) of the A = `rows` active rows, in >= float32, with
+    guidance un + (cfg_scale + 1) (cond - un) when cfg_scale is not None, and the mask token at -inf."""
+    device = ids.device
+    if kv_cache is not None:
+        kv_cache.window_start = window_start
+        keep = torch.arange(start - (window_start or 0), end - (window_start or 0), device=device)
+        inp = ids if window_start is None else ids[:, window_start:]
+        if window_start is not None and cache == "dual":
+            inp = ids[:, window_start:end]
+        logits = logits_fn(inp, mask, logits_to_keep=keep, cache=kv_cache)  # (R, block, V)
+        fresh = True
+    elif keep_fn:
+        keep = torch.arange(start, end, device=device)  # (block,)
+        logits = logits_fn(ids, mask, logits_to_keep=keep)  # (R, block, V)
+        fresh = True
+    else:
+        logits = logits_fn(ids, mask)  # (R, L, V)
+        _check_logits(logits, ids.shape[0], ids.shape[1], mask_token_id)
+        logits = logits[:, start:end]
+        fresh = False
+    _check_logits(logits, ids.shape[0], end - start, mask_token_id)
+    compute_dtype = torch.promote_types(logits.dtype, torch.float32)
+    if cfg_scale is not None:
+        cond, uncond = logits[:rows].to(compute_dtype), logits[rows:].to(compute_dtype)  # (A, block, V) each
+        out = uncond + (cfg_scale + 1) * (cond - uncond)
+    elif fresh and logits.dtype == compute_dtype:
+        out = logits  # a fresh tensor the model made for this call: modified in place below
+    else:
+        # A copy: the -inf below must not write into the caller's logits.
+        out = logits.to(compute_dtype, copy=True)
+    out[..., mask_token_id] = -torch.inf  # the mask token is never a candidate
+    return out
 
 
 def _refresh_block(ids, mask, new_block, start, end, doubled):

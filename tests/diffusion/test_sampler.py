@@ -804,3 +804,29 @@ def test_cache_under_peft_equals_the_base_model(tiny_llada, tiny_tokenizer):
                 p.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
     moved = generate(as_diffusion_lm(lora, tiny_tokenizer), ids, mask, **kwargs).completion_ids
     assert not torch.equal(base, moved)  # the LoRA weights are used inside the cached forwards
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One sampling step, by hand.
+
+
+def test_sampling_step_by_hand():
+    from stabledrl_trl.diffusion.sampler import sampling_step
+
+    m = TOY_MASK
+    # one row, a block of 4 positions, vocabulary of 4 (the mask token id 1 at -inf, as generate passes it)
+    probs = torch.tensor([[[0.7, 0.0, 0.2, 0.1], [0.1, 0.0, 0.3, 0.6], [0.2, 0.0, 0.75, 0.05], [0.4, 0.0, 0.5, 0.1]]])
+    logits = probs.log()  # (1, 4, 4); log 0 = -inf for the mask token
+    block = torch.tensor([[m, m, 3, m]])  # position 2 already revealed
+    before = logits.clone()
+    # argmax candidates [0, 3, 2, 2] with confidences [0.7, 0.6, -, 0.5]: reveal the two most confident masked ones
+    out = sampling_step(logits, block, torch.tensor([2]), mask_token_id=m)
+    assert out.tolist() == [[0, 3, 3, m]]
+    assert torch.equal(logits, before)  # the logits are not modified
+    # a threshold raises the count to the positions above it (0.55: two), capped by max_tokens_per_step, never lowers it
+    assert sampling_step(logits, block, torch.tensor([0]), mask_token_id=m, threshold=0.55).tolist() == [[0, 3, 3, m]]
+    capped = sampling_step(logits, block, torch.tensor([0]), mask_token_id=m, threshold=0.55, max_tokens_per_step=1)
+    assert capped.tolist() == [[0, m, 3, m]]
+    assert sampling_step(logits, block, torch.tensor([3]), mask_token_id=m, threshold=0.99).tolist() == [[0, 3, 3, 2]]
+    # more requested than masked: every masked position, and the revealed one unchanged
+    assert sampling_step(logits, block, torch.tensor([4]), mask_token_id=m).tolist() == [[0, 3, 3, 2]]
