@@ -221,11 +221,20 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="2 RL steps, 5 SFT steps, 16 held-out prompts: a smoke test")
     p.add_argument("--write-readme", action="store_true", help="rewrite README.md's embedded_<config> blocks")
+    p.add_argument(
+        "--readme-only", action="store_true",
+        help="run nothing: rewrite README.md's embedded_<config> blocks from the JSON files in --docs-dir",
+    )  # fmt: skip
     return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = make_parser().parse_args(argv)
+    if args.readme_only:
+        blocks = readme_blocks(args.docs_dir)
+        results.write_readme_blocks(blocks)
+        print(f"rewrote README.md blocks {', '.join(blocks)} from {args.docs_dir}", flush=True)
+        return blocks
     provenance = results.provenance(__file__, argv)  # the code as the runs start
     if args.eval_draws < 1:
         raise SystemExit(f"--eval-draws={args.eval_draws}: give at least 1 (4 or more to compare runs).")

@@ -536,6 +536,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-steps", type=int, default=SFT["max_steps"], help="SFT warm-up steps (configs/tiny.yaml)")
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--write-readme", action="store_true", help="rewrite README.md's stability<_tag> block")
+    p.add_argument(
+        "--readme-only", action="store_true",
+        help="run nothing: rewrite README.md's stability blocks from the JSON files in --output-dir (default docs/)",
+    )  # fmt: skip
     return p
 
 
@@ -594,6 +598,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.readme_only:
+        blocks = readme_blocks(args.output_dir)
+        results.write_readme_blocks(blocks)
+        print(f"rewrote README.md blocks {', '.join(blocks)} from {args.output_dir}", flush=True)
+        return blocks
     provenance = results.provenance(__file__, argv)  # the code as the runs start
     import torch
 

@@ -127,8 +127,9 @@ def replace_block(text: str, name: str, content: str) -> str:
     return f"{head}{start}\n{content}{end}{tail}"
 
 
-def write_readme_blocks(blocks: dict[str, str], readme: str = README) -> None:
-    """Replace each named block of the README file by its rendering."""
+def write_readme_blocks(blocks: dict[str, str], readme: str | None = None) -> None:
+    """Replace each named block of the README file (default: the repository's README.md) by its rendering."""
+    readme = README if readme is None else readme
     with open(readme) as f:
         text = f.read()
     for name, content in blocks.items():

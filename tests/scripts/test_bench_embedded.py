@@ -55,3 +55,9 @@ def test_quick_run_writes_json_and_renders_its_block(load_script, tmp_path, caps
     assert "| 0 | " in block and "| mean | " in block and "min ESS" in block and p["command"] in block
     with pytest.raises(SystemExit, match="smoke test"):
         bench.main(["--quick", "--write-readme"])
+    # --readme-only re-renders the README's blocks from the JSON without running anything
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- embedded_tiny_noisy:start -->\nstale 0.5\n<!-- embedded_tiny_noisy:end -->\n")
+    monkeypatch.setattr(bench.results, "README", str(readme))
+    bench.main(["--readme-only", "--docs-dir", str(docs)])
+    assert bench.results.marked_blocks(readme.read_text()) == {"embedded_tiny_noisy": block}
