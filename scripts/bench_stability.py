@@ -223,6 +223,7 @@ def mean_over_seeds(runs: list[dict]) -> dict:
         "accuracy_best": mean("accuracy_best"),
         "gain": gain_mean,
         "gain_std": gain_std,
+        "gain_ci95": results.mean_interval(gains),
         "diagnostics": diagnostics,
         "reward_last10": sum(sum(r["reward"][-10:]) / max(len(r["reward"][-10:]), 1) for r in runs) / len(runs),
     }
@@ -406,6 +407,10 @@ def _f(value, fmt: str = "{:.3g}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _interval(ci) -> str:
+    return "" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
 def render(summary: dict) -> str:
     """The README block of a study: settings, the table per objective, the paired tests, the provenance line."""
     s = summary["settings"]
@@ -419,10 +424,16 @@ def render(summary: dict) -> str:
         f"(greedy: temperature 0). Means over seeds:\n\n"
     )
     header = [
-        "objective", "acc before", "acc after (min-max)", "gain +- std", "greedy before -> after",
+        "objective", "acc before", "acc after (min-max)", "gain +- std [95% CI]", "greedy before -> after",
         "grad norm max / median", "spikes per run", "steps clipped by max_grad_norm", "max unclipped weight",
         "clip frac", "min ESS", "weight on A<0 / A>0", "equal-reward groups",
     ]  # fmt: skip
+    gains = {
+        name: results.mean_interval(
+            [r["accuracy_after"] - r["accuracy_before"] for r in summary["runs"] if r["objective"] == name]
+        )
+        for name in summary["objectives"]
+    }
     rows = []
     for name, a in summary["objectives"].items():
         d = a["diagnostics"]
@@ -433,7 +444,7 @@ def render(summary: dict) -> str:
             name,
             f"{a['accuracy_before']:.3f}",
             f"{a['accuracy_after']:.3f} ({a['accuracy_after_min']:.3f}-{a['accuracy_after_max']:.3f})",
-            f"{a['gain']:+.3f} +- {a['gain_std']:.3f}",
+            f"{a['gain']:+.3f} +- {a['gain_std']:.3f}" + _interval(gains[name]),
             f"{_f(a['greedy_before'], '{:.3f}')} -> {_f(a['greedy_after'], '{:.3f}')}",
             f"{a['grad_norm_max']:.3g} / {a['grad_norm_median']:.3g}",
             f"{a['spikes']:.1f}",

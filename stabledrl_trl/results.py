@@ -201,6 +201,31 @@ def student_t_two_sided_p(t: float, df: int) -> float:
     return min(1.0, max(0.0, 1.0 - inside))
 
 
+def student_t_quantile(p: float, df: int) -> float:
+    """The t > 0 with two-sided P(|T| >= t) = p (e.g. p = 0.05: the 95% critical value), by bisection."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p!r}")
+    low, high = 0.0, 1.0
+    while student_t_two_sided_p(high, df) > p:
+        high *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if student_t_two_sided_p(mid, df) > p:
+            low = mid
+        else:
+            high = mid
+    return 0.5 * (low + high)
+
+
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Student-t confidence interval of the mean (mean +- t_{df} * std / sqrt(n)); None for fewer than 2 values."""
+    if len(values) < 2:
+        return None
+    mean, std = mean_std(values)
+    half = student_t_quantile(1.0 - level, len(values) - 1) * std / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
 def paired_t_test(differences: list[float]) -> dict:
     """Two-sided paired t-test of mean(differences) = 0: {"n", "mean", "std", "t", "df", "p"}.
 

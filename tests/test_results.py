@@ -103,3 +103,17 @@ def test_sign_test_by_hand():
     assert results.sign_test([0.1, -0.1, 0.0]) == {"positive": 1, "negative": 1, "zero": 1, "p": 1.0}
     assert results.sign_test([0.0])["p"] == 1.0
     assert results.sign_test([1.0] * 10)["p"] == pytest.approx(2 / 1024)
+
+
+@pytest.mark.parametrize("t, df", [(12.7062, 1), (2.7764, 4), (2.2281, 10)])
+def test_student_t_quantile_inverts_the_p_value(t, df):
+    assert results.student_t_quantile(0.05, df) == pytest.approx(t, abs=1e-4)
+
+
+def test_mean_interval_by_hand():
+    low, high = results.mean_interval([1.0, 2.0, 3.0])  # mean 2, std 1, t_{2, 0.975} = 4.3027
+    assert (low, high) == (
+        pytest.approx(2 - 4.302653 / 3**0.5, abs=1e-5),
+        pytest.approx(2 + 4.302653 / 3**0.5, abs=1e-5),
+    )
+    assert results.mean_interval([1.0]) is None

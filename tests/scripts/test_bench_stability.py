@@ -97,6 +97,8 @@ def test_diagnostics_and_clipped_updates_are_read_from_the_logs(load_script):
     assert d["estimator_noise_std"] is None  # not logged: missing, not a number
     m = bench.mean_over_seeds([s, bench.run_summary(log, "grpo", {0: 0.2, 4: 0.5}, max_grad_norm=1.0)])
     assert m["gain"] == pytest.approx(0.2) and m["gain_std"] == pytest.approx(0.2 / 2**0.5)
+    half = 12.7062 * 0.2 / 2**0.5 / 2**0.5  # t_{1, 0.975} * std / sqrt(2)
+    assert m["gain_ci95"] == (pytest.approx(0.2 - half, abs=1e-4), pytest.approx(0.2 + half, abs=1e-4))
     assert m["diagnostics"]["weight_mean_neg_adv"] == pytest.approx(1.0) and m["grad_clipped_steps"] == 2
 
 
