@@ -382,6 +382,7 @@ def plot(summary: dict, path: str) -> None:
         ax.scatter([i] * len(c["differences"]), c["differences"], color=colors.get(name, "k"), s=18)
         ax.plot([i - 0.3, i + 0.3], [c["t_test"]["mean"]] * 2, color=colors.get(name, "k"), lw=2)
     ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xlim(-0.6, max(len(comparisons), 1) - 0.4)
     ax.set_xticks(range(len(comparisons)), list(comparisons), rotation=30, ha="right", fontsize=7)
     ax.set(ylabel=f"final accuracy - {summary['reference']}", title="paired difference per seed (bar: mean)")
     ax = axes[3]  # the mechanism: applied weights by advantage sign
