@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"--eval-draws={args.eval_draws}: give at least 1 (4 or more to compare runs).")
     if args.quick and args.write_readme:
         raise SystemExit("--quick results are a smoke test: --write-readme refuses them (drop one of the two).")
+    if args.write_readme:
+        results.check_readme_blocks(f"embedded_{c}" for c in args.configs if os.path.isfile(config_path(c)))
     written = {}
     for config in args.configs:
         if not os.path.isfile(config_path(config)):

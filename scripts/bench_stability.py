@@ -615,6 +615,8 @@ def main(argv=None) -> dict:
         results.write_readme_blocks(blocks)
         print(f"rewrote README.md blocks {', '.join(blocks)} from {args.output_dir}", flush=True)
         return blocks
+    if args.write_readme:
+        results.check_readme_blocks([file_names(args.tag)[2]])
     provenance = results.provenance(__file__, argv)  # the code as the runs start
     import torch
 

@@ -127,6 +127,19 @@ def replace_block(text: str, name: str, content: str) -> str:
     return f"{head}{start}\n{content}{end}{tail}"
 
 
+def check_readme_blocks(names, readme: str | None = None) -> None:
+    """Raise SystemExit before a long run when README.md lacks the markers of a block the run would write."""
+    with open(README if readme is None else readme) as f:
+        text = f.read()
+    for name in names:
+        start, end = _markers(name)
+        if text.count(start) != 1 or text.count(end) != 1:
+            raise SystemExit(
+                f"--write-readme: README.md needs one '{start}' line and one '{end}' line where the {name} table "
+                "belongs; add them (in the section the table belongs to) and rerun"
+            )
+
+
 def write_readme_blocks(blocks: dict[str, str], readme: str | None = None) -> None:
     """Replace each named block of the README file (default: the repository's README.md) by its rendering."""
     readme = README if readme is None else readme

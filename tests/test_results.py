@@ -117,3 +117,11 @@ def test_mean_interval_by_hand():
         pytest.approx(2 + 4.302653 / 3**0.5, abs=1e-5),
     )
     assert results.mean_interval([1.0]) is None
+
+
+def test_missing_readme_markers_stop_a_run_before_it_starts(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- a:start -->\n<!-- a:end -->\n")
+    results.check_readme_blocks(["a"], readme=str(readme))
+    with pytest.raises(SystemExit, match="'<!-- b:start -->' line and one '<!-- b:end -->' line"):
+        results.check_readme_blocks(["a", "b"], readme=str(readme))
