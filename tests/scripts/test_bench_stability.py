@@ -189,7 +189,7 @@ def test_miniature_study_writes_summary_figure_and_readme_block(load_script, tmp
     # the same SFT start: accuracy before RL is the same for every run; the RL seed changes the runs
     assert len({r["accuracy_before"] for r in on_disk["runs"]}) == 1
     sd = [r for r in on_disk["runs"] if r["objective"] == "stable_drl"]
-    assert sd[0]["grad_norm"] != sd[1]["grad_norm"]
+    assert sd[0]["weight_max"] != sd[1]["weight_max"]  # the seed changes the masks, so the estimator noise
     assert [r["mask_seed_mode"] for r in sd] == ["fresh", "fresh"]
     c = on_disk["comparisons"]["stable_drl"]
     g = {r["seed"]: r["accuracy_after"] for r in on_disk["runs"] if r["objective"] == "grpo_seq"}
