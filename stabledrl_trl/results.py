@@ -74,10 +74,11 @@ def provenance(script: str, argv: list[str] | None = None) -> dict:
 
 
 def write_json(path: str, data: dict) -> None:
-    """Write `data` as indented JSON (NaN / inf refused: they are not JSON), creating the folder."""
+    """Write `data` as indented JSON, creating the folder. A non-finite float (a diverged run's grad norm) is
+    written as Python's json writes it (NaN, Infinity), which `read_json` reads back."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(data, f, indent=1, allow_nan=False)
+        json.dump(data, f, indent=1)
         f.write("\n")
 
 
