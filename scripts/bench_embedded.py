@@ -192,7 +192,7 @@ def render(summary: dict) -> str:
     test = summary.get("gain_t_test")
     if test is not None:
         text += (
-            f" Mean gain {test['mean']:+.3f} over {test['n']} seeds (paired t-test of the gains: t = {test['t']:.2f}, "
+            f" Mean gain {test['mean']:+.3f} over {test['n']} seeds (paired t-test, after vs before: t = {test['t']:.2f}, "
             f"df {test['df']}, p = {test['p']:.3f})."
         )
     seconds = [r["seconds"] for r in runs]
