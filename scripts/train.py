@@ -97,6 +97,16 @@ class TrainScriptArguments:
         default=None,
         metadata={"help": "Full log of the run (appended); None: train.log in output_dir."},
     )
+    eval_draws: int = field(
+        default=1,
+        metadata={
+            "help": "Sampled evaluations before and after RL, draw d seeded with seed + d; the accuracy reported is "
+            "their mean, with the std over draws (one draw is noisy: use at least 4 to compare runs)."
+        },
+    )
+    eval_greedy: bool = field(
+        default=False, metadata={"help": "Also evaluate greedily (temperature 0) before and after RL."}
+    )
 
     # --- task style: today's tagged prompts and rewards, or the official StableDRL ones -------------------------
     prompt_style: str = field(
@@ -166,6 +176,11 @@ class TrainScriptArguments:
             )
         if self.anti_short_boxed is None:
             self.anti_short_boxed = self.reward_style == "official"
+        if not isinstance(self.eval_draws, int) or isinstance(self.eval_draws, bool) or self.eval_draws < 1:
+            raise ValueError(
+                f"eval_draws: expected a positive integer, got {self.eval_draws!r}; 4 draws or more "
+                "separate runs whose held-out accuracies differ by a few points"
+            )
         for name, value in self.problem_filter().items():
             if value is not None and task.name != "math":
                 field_name = "math_max_level" if name == "max_level" else name
@@ -258,18 +273,15 @@ def build_model_init_kwargs(training_args, model_args) -> dict:
 
 
 def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
-    from stabledrl_trl.evaluation import evaluate_model
+    """Held-out accuracy: one sampled evaluation, or (eval_draws > 1 / eval_greedy) the mean over eval_draws
+    seeded draws with "std", "draws", "seeds" and "greedy" added."""
+    from stabledrl_trl.evaluation import GRADING_RULES, evaluate_draws, evaluate_model
 
     temperature = args.temperature if script_args.eval_temperature is None else script_args.eval_temperature
-    result = evaluate_model(
-        model,
-        tokenizer,
-        dataset,
-        task,
+    settings = dict(
         gen_length=args.max_completion_length,
         block_length=args.block_length,
         steps=args.diffusion_steps,
-        temperature=temperature,
         remasking=args.remasking,
         cfg_scale=args.cfg_scale,
         sampler=args.diffusion_sampler,
@@ -283,12 +295,32 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
         block_confidence_threshold=args.block_confidence_threshold,
         batch_size=script_args.eval_batch_size,
         seed=args.seed,
-        desc=f"eval {label}",
         grading=script_args.reward_style,
     )
+    if script_args.eval_draws == 1 and not script_args.eval_greedy:
+        result = evaluate_model(model, tokenizer, dataset, task, temperature=temperature, desc=f"eval {label}",
+                                **settings)  # fmt: skip
+        print(
+            f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts "
+            f"({result['grading']} grading)",
+            flush=True,
+        )
+        return result
+    draws = evaluate_draws(
+        model, tokenizer, dataset, task, draws=script_args.eval_draws, greedy=script_args.eval_greedy,
+        temperature=temperature, progress=False, **settings,
+    )  # fmt: skip
+    result = {
+        "accuracy": draws["mean"],
+        "grading_rule": GRADING_RULES[draws["grading"]],
+        "full_score": None if draws["grading"] != "official" else task.official_full_score,
+        **draws,
+    }
+    greedy = "" if draws["greedy"] is None else f", greedy {draws['greedy']:.4f}"
     print(
-        f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts "
-        f"({result['grading']} grading)",
+        f"[{label}] held-out accuracy: {draws['mean']:.4f} +- {draws['std']:.4f} (mean, std over "
+        f"{len(draws['draws'])} draws at temperature {temperature}){greedy} on {draws['n']} prompts "
+        f"({draws['grading']} grading)",
         flush=True,
     )
     return result
@@ -456,10 +488,8 @@ def _run(script_args, training_args, model_args):
             trainer.model, tokenizer, test_dataset, task, training_args, script_args, "after RL"
         )
         if trainer.accelerator.is_main_process:
-            summary = {
-                k: {"accuracy": v["accuracy"], "n": v["n"], "grading": v["grading"], "grading_rule": v["grading_rule"]}
-                for k, v in results.items()
-            }
+            keys = ("accuracy", "n", "grading", "grading_rule", "std", "draws", "seeds", "temperature", "greedy")
+            summary = {k: {key: v[key] for key in keys if key in v} for k, v in results.items()}
             with open(os.path.join(training_args.output_dir, "accuracy_before_after.json"), "w") as f:
                 json.dump(summary, f, indent=2)
             print(

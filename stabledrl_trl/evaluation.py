@@ -266,3 +266,58 @@ def evaluate_model(
         "full_score": full_score,
         "records": records,
     }
+
+
+def evaluate_draws(
+    model,
+    tokenizer,
+    dataset,
+    reward_func_or_task,
+    *,
+    draws: int = 4,
+    seed: int = 0,
+    greedy: bool = True,
+    temperature: float,
+    **kwargs,
+) -> dict:
+    """Held-out accuracy as the mean over `draws` sampled evaluations, with its spread, and optionally greedy.
+
+    A single sampled evaluation is noisy (at temperature 0.9 one model's accuracy on 512 prompts ranged over
+    0.05 between draws), so objectives are compared on the mean of several draws. Draw d samples every completion
+    with its own `torch.Generator` seeded with `seed + d`, so the draws differ from each other and each is
+    reproducible; two models evaluated with the same `seed` see the same generator streams.
+    kwargs: the other `evaluate_model` arguments (gen_length, block_length, steps, ...), the same for every draw.
+
+    Returns {"mean", "std" (sample standard deviation over draws, n - 1; 0 for one draw), "draws" (accuracy per
+    draw), "seeds", "temperature", "greedy" (accuracy at temperature 0, or None when greedy is False), "n" (rows
+    scored), "grading"}.
+    """
+    from .results import mean_std
+
+    if not isinstance(draws, int) or isinstance(draws, bool) or draws < 1:
+        raise ValueError(f"draws must be a positive integer, got {draws!r}; use at least 4 to compare models.")
+    kwargs.pop("desc", None)
+    seeds = [seed + d for d in range(draws)]
+    results = [
+        evaluate_model(
+            model, tokenizer, dataset, reward_func_or_task, temperature=temperature, seed=s, desc=f"draw {d}", **kwargs
+        )
+        for d, s in enumerate(seeds)
+    ]
+    accuracies = [r["accuracy"] for r in results]
+    mean, std = mean_std(accuracies)
+    greedy_accuracy = None
+    if greedy:
+        greedy_accuracy = evaluate_model(
+            model, tokenizer, dataset, reward_func_or_task, temperature=0.0, seed=seed, desc="greedy", **kwargs
+        )["accuracy"]
+    return {
+        "mean": mean,
+        "std": std,
+        "draws": accuracies,
+        "seeds": seeds,
+        "temperature": temperature,
+        "greedy": greedy_accuracy,
+        "n": results[0]["n"],
+        "grading": results[0]["grading"],
+    }

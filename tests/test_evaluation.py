@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from stabledrl_trl.diffusion.adapter import DiffusionAdapter
-from stabledrl_trl.evaluation import evaluate_model, left_pad
+from stabledrl_trl.evaluation import evaluate_draws, evaluate_model, left_pad
 from stabledrl_trl.tasks.digit_sort import digit_sort_correctness_reward, format_example
 
 EOS, MASK, EOT = 0, 1, 2
@@ -308,3 +308,42 @@ def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenize
         _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), sampler="dream")
     with pytest.raises(ValueError, match="dream_alg"):  # a setting its sampler would ignore
         _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), dream_alg="origin")
+
+
+def _distinct_characters(prompts, completions, **kwargs):
+    """A graded reward (distinct characters / 8), so sampled draws of a random model differ in accuracy."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [len(set(t)) / 8 for t in texts]
+
+
+def test_evaluation_draws_differ_are_seeded_and_summarised(tiny_tokenizer, tiny_llada):
+    rows = _varied_rows()
+    settings = dict(gen_length=GEN, block_length=4, steps=4, batch_size=4, progress=False)
+    result = evaluate_draws(
+        tiny_llada, tiny_tokenizer, rows, _distinct_characters, draws=4, seed=10, temperature=1.0, **settings
+    )
+    assert result["seeds"] == [10, 11, 12, 13] and result["n"] == len(rows) and result["temperature"] == 1.0
+    assert len(set(result["draws"])) > 1  # each draw has its own generator stream
+    # draw d is evaluate_model with seed 10 + d; greedy is evaluate_model at temperature 0
+    for d, accuracy in enumerate(result["draws"]):
+        alone = evaluate_model(tiny_llada, tiny_tokenizer, rows, _distinct_characters, temperature=1.0, seed=10 + d,
+                               **settings)  # fmt: skip
+        assert accuracy == alone["accuracy"]
+    greedy = evaluate_model(tiny_llada, tiny_tokenizer, rows, _distinct_characters, temperature=0.0, **settings)
+    assert result["greedy"] == greedy["accuracy"]
+    # mean and sample std (n - 1) of the draws
+    values = result["draws"]
+    mean = sum(values) / 4
+    assert result["mean"] == pytest.approx(mean, abs=1e-12)
+    assert result["std"] == pytest.approx((sum((v - mean) ** 2 for v in values) / 3) ** 0.5, abs=1e-12)
+    again = evaluate_draws(
+        tiny_llada, tiny_tokenizer, rows, _distinct_characters, draws=4, seed=10, temperature=1.0, greedy=False,
+        **settings,
+    )  # fmt: skip
+    assert again["draws"] == result["draws"] and again["greedy"] is None
+
+
+def test_evaluation_draws_refuse_a_non_positive_count(tiny_tokenizer, tiny_llada):
+    with pytest.raises(ValueError, match="draws must be a positive integer"):
+        evaluate_draws(tiny_llada, tiny_tokenizer, _rows(["1234"]), "digit_sort", draws=0, temperature=0.9,
+                       gen_length=GEN, block_length=4, steps=4)  # fmt: skip

@@ -193,3 +193,27 @@ def test_math_problem_filter_applies_to_the_training_split_only(tmp_path, load_s
                 for split, key in (("train", "train_dataset"), ("test", "eval_dataset"))}  # fmt: skip
     assert problems["train"] == ["short one" + OFFICIAL_BOXED_REQUEST, "fine" + OFFICIAL_BOXED_REQUEST]
     assert problems["test"] == [p + OFFICIAL_BOXED_REQUEST for _, p in rows]  # held out: unfiltered, same style
+
+
+def test_before_after_evaluation_over_several_draws(tmp_path, load_script, tiny_llada, tiny_tokenizer):
+    import pytest
+
+    from stabledrl_trl import StableDRLConfig
+    from stabledrl_trl.evaluation import evaluate_model
+    from stabledrl_trl.tasks import get_task, load_task_dataset
+
+    train = load_script("train")
+    args = StableDRLConfig(
+        output_dir=str(tmp_path), use_cpu=True, max_completion_length=8, block_length=4, diffusion_steps=4,
+        per_device_train_batch_size=4, num_generations=4, temperature=1.0, seed=5,
+    )  # fmt: skip
+    rows = load_task_dataset("digit_sort", "test", num_samples=4)
+    script_args = train.TrainScriptArguments(task="digit_sort", eval_draws=3, eval_greedy=True, eval_batch_size=4)
+    result = train._evaluate(tiny_llada, tiny_tokenizer, rows, get_task("digit_sort"), args, script_args, "x")
+    assert result["seeds"] == [5, 6, 7] and len(result["draws"]) == 3 and result["greedy"] is not None
+    assert result["accuracy"] == result["mean"] == pytest.approx(sum(result["draws"]) / 3)
+    one = evaluate_model(tiny_llada, tiny_tokenizer, rows, "digit_sort", gen_length=8, block_length=4, steps=4,
+                         temperature=1.0, seed=6, batch_size=4, progress=False)  # fmt: skip
+    assert result["draws"][1] == one["accuracy"]
+    with pytest.raises(ValueError, match="eval_draws: expected a positive integer, got 0"):
+        train.TrainScriptArguments(task="digit_sort", eval_draws=0)

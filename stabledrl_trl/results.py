@@ -1,0 +1,273 @@
+"""Reproducible results: provenance of a results file, and README tables rendered from it.
+
+A results script (scripts/bench_*.py) writes one summary JSON holding its numbers, the settings, and `provenance()`:
+the commit (`git rev-parse HEAD` and whether the work tree had uncommitted changes), the exact command, and the
+versions of Python, torch, transformers and trl. Its README tables are rendered from that JSON alone and sit between
+markers
+
+    <!-- name:start -->
+    ...rendered text...
+    <!-- name:end -->
+
+which `replace_block` (the scripts' `--write-readme`) rewrites. tests/test_readme_results.py renders every marked
+block again from the committed JSON and compares it with the README, so a README number cannot differ from the JSON.
+
+Small statistics for the studies (no scipy): `mean_std`, `paired_t_test` (Student's t, exact p-value for integer
+degrees of freedom) and `sign_test` (exact two-sided binomial test).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(REPO_ROOT, "README.md")
+DOCS = os.path.join(REPO_ROOT, "docs")
+VERSIONED_PACKAGES = ("torch", "transformers", "trl")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", REPO_ROOT, *args], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out
+
+
+def git_state() -> dict:
+    """{"commit": HEAD's hash or None outside a git checkout, "dirty": uncommitted changes to tracked files}."""
+    head = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": head.strip() if head else None, "dirty": bool(status.strip()) if status is not None else None}
+
+
+def package_versions(names=VERSIONED_PACKAGES) -> dict:
+    """{package: installed version (None if absent)} plus "python"."""
+    versions = {"python": sys.version.split()[0]}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that reproduces a run: `python <script path relative to the repo> <arguments>`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    path = os.path.relpath(os.path.abspath(script), REPO_ROOT)
+    return shlex.join(["python", path, *[str(a) for a in argv]])
+
+
+def provenance(script: str, argv: list[str] | None = None) -> dict:
+    """What a results file records about how it was made: commit, dirty flag, command and package versions."""
+    return {**git_state(), "command": command_line(script, argv), "versions": package_versions()}
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write `data` as indented JSON, creating the folder. A non-finite float (a diverged run's grad norm) is
+    written as Python's json writes it (NaN, Infinity), which `read_json` reads back."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+def read_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def _markers(name: str) -> tuple[str, str]:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"block name {name!r}: use letters, digits, '_', '-' or '.'")
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+_BLOCK = re.compile(r"<!-- ([A-Za-z0-9_.-]+):start -->\n(.*?)<!-- \1:end -->", re.S)
+
+
+def marked_blocks(text: str) -> dict[str, str]:
+    """{name: content} of every marked block of a README text (content without the marker lines)."""
+    blocks = {}
+    for match in _BLOCK.finditer(text):
+        if match.group(1) in blocks:
+            raise ValueError(f"README block {match.group(1)!r} is marked twice")
+        blocks[match.group(1)] = match.group(2)
+    starts = re.findall(r"<!-- ([A-Za-z0-9_.-]+):start -->", text)
+    unclosed = sorted(set(starts) - set(blocks))
+    if unclosed:
+        raise ValueError(f"README blocks without a matching end marker: {unclosed}")
+    return blocks
+
+
+def replace_block(text: str, name: str, content: str) -> str:
+    """`text` with the content between the markers of block `name` replaced by `content` (a final newline added).
+
+    Raises ValueError when the markers are absent or appear more than once: place them in the README first.
+    """
+    start, end = _markers(name)
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(
+            f"README block {name!r}: expected one {start!r} line followed by one {end!r} line; add the two markers "
+            "where the table belongs"
+        )
+    if not content.endswith("\n"):
+        content += "\n"
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{content}{end}{tail}"
+
+
+def check_readme_blocks(names, readme: str | None = None) -> None:
+    """Raise SystemExit before a long run when README.md lacks the markers of a block the run would write."""
+    with open(README if readme is None else readme) as f:
+        text = f.read()
+    for name in names:
+        start, end = _markers(name)
+        if text.count(start) != 1 or text.count(end) != 1:
+            raise SystemExit(
+                f"--write-readme: README.md needs one '{start}' line and one '{end}' line where the {name} table "
+                "belongs; add them (in the section the table belongs to) and rerun"
+            )
+
+
+def write_readme_blocks(blocks: dict[str, str], readme: str | None = None) -> None:
+    """Replace each named block of the README file (default: the repository's README.md) by its rendering."""
+    readme = README if readme is None else readme
+    with open(readme) as f:
+        text = f.read()
+    for name, content in blocks.items():
+        text = replace_block(text, name, content)
+    with open(readme, "w") as f:
+        f.write(text)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table (cells converted with str)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def provenance_line(data: dict) -> str:
+    """One README line naming the JSON's commit, command and versions."""
+    p = data["provenance"]
+    commit = (p["commit"] or "unknown")[:10] + (" (uncommitted changes)" if p["dirty"] else "")
+    v = p["versions"]
+    return (
+        f"Generated by `{p['command']}` at commit {commit}; Python {v['python']}, torch {v['torch']}, "
+        f"transformers {v['transformers']}, trl {v['trl']}.\n"
+    )
+
+
+# --- statistics ---------------------------------------------------------------------------------------------------
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """(mean, sample standard deviation with n - 1); the std of one value is 0."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("mean_std: no values")
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def student_t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with integer df >= 1, exactly (Abramowitz & Stegun 26.7.3-26.7.4).
+
+    With theta = atan(|t| / sqrt(df)), P(|T| < |t|) is
+    odd df:  (2 / pi) * (theta + sin(theta) * sum_{k=0}^{(df-3)/2} c_k cos(theta)^(2k+1)),
+             c_0 = 1, c_k = c_{k-1} * 2k / (2k + 1)                              (df = 1: 2 theta / pi)
+    even df: sin(theta) * sum_{k=0}^{(df-2)/2} d_k cos(theta)^(2k), d_0 = 1, d_k = d_{k-1} * (2k - 1) / (2k).
+    """
+    if not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be an integer >= 1, got {df!r}")
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(abs(t) / math.sqrt(df))
+    s, c = math.sin(theta), math.cos(theta)
+    if df % 2:
+        total, term = 0.0, c
+        for k in range((df - 1) // 2):
+            if k:
+                term *= c * c * (2 * k) / (2 * k + 1)
+            total += term
+        inside = 2.0 / math.pi * (theta + s * total)
+    else:
+        total, term = 0.0, 1.0
+        for k in range(df // 2):
+            if k:
+                term *= c * c * (2 * k - 1) / (2 * k)
+            total += term
+        inside = s * total
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The t > 0 with two-sided P(|T| >= t) = p (e.g. p = 0.05: the 95% critical value), by bisection."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p!r}")
+    low, high = 0.0, 1.0
+    while student_t_two_sided_p(high, df) > p:
+        high *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if student_t_two_sided_p(mid, df) > p:
+            low = mid
+        else:
+            high = mid
+    return 0.5 * (low + high)
+
+
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Student-t confidence interval of the mean (mean +- t_{df} * std / sqrt(n)); None for fewer than 2 values."""
+    if len(values) < 2:
+        return None
+    mean, std = mean_std(values)
+    half = student_t_quantile(1.0 - level, len(values) - 1) * std / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def paired_t_test(differences: list[float]) -> dict:
+    """Two-sided paired t-test of mean(differences) = 0: {"n", "mean", "std", "t", "df", "p"}.
+
+    t = mean / (std / sqrt(n)) with the sample std (n - 1), df = n - 1. Needs n >= 2; a zero std gives t = +-inf
+    (p = 0) for a non-zero mean and t = 0 (p = 1) for a zero mean.
+    """
+    n = len(differences)
+    if n < 2:
+        raise ValueError(f"paired_t_test needs at least 2 differences, got {n}")
+    mean, std = mean_std(differences)
+    if std == 0.0:
+        t = 0.0 if mean == 0.0 else math.copysign(math.inf, mean)
+    else:
+        t = mean / (std / math.sqrt(n))
+    return {"n": n, "mean": mean, "std": std, "t": t, "df": n - 1, "p": student_t_two_sided_p(t, n - 1)}
+
+
+def sign_test(differences: list[float]) -> dict:
+    """Exact two-sided sign test (binomial, p = 1/2) of the differences; zeros are dropped.
+
+    p = min(1, 2 * sum_{k <= min(pos, neg)} C(n, k) / 2^n) with n = pos + neg. Returns {"positive", "negative",
+    "zero", "p"} (p = 1 when every difference is zero). With 5 non-zero differences the smallest p is 2/32 = 0.0625.
+    """
+    pos = sum(1 for d in differences if d > 0)
+    neg = sum(1 for d in differences if d < 0)
+    zero = len(differences) - pos - neg
+    n = pos + neg
+    if n == 0:
+        return {"positive": 0, "negative": 0, "zero": zero, "p": 1.0}
+    tail = sum(math.comb(n, k) for k in range(min(pos, neg) + 1)) / 2**n
+    return {"positive": pos, "negative": neg, "zero": zero, "p": min(1.0, 2.0 * tail)}

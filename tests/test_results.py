@@ -1,0 +1,127 @@
+"""stabledrl_trl.results: README blocks between markers, provenance, and the studies' statistics by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from stabledrl_trl import results
+
+
+def test_replace_block_rewrites_only_the_marked_text():
+    text = "intro\n<!-- t:start -->\nold | 1\n<!-- t:end -->\noutro\n<!-- u:start -->\nkeep\n<!-- u:end -->\n"
+    new = results.replace_block(text, "t", "new | 2")
+    assert new == "intro\n<!-- t:start -->\nnew | 2\n<!-- t:end -->\noutro\n<!-- u:start -->\nkeep\n<!-- u:end -->\n"
+    assert results.marked_blocks(new) == {"t": "new | 2\n", "u": "keep\n"}
+    assert results.replace_block(new, "t", "new | 2\n") == new  # idempotent
+
+
+def test_missing_duplicated_or_unclosed_markers_are_errors():
+    with pytest.raises(ValueError, match="expected one '<!-- t:start -->'"):
+        results.replace_block("no markers", "t", "x")
+    twice = "<!-- t:start -->\n<!-- t:end -->\n<!-- t:start -->\n<!-- t:end -->\n"
+    with pytest.raises(ValueError, match="expected one"):
+        results.replace_block(twice, "t", "x")
+    with pytest.raises(ValueError, match="marked twice"):
+        results.marked_blocks(twice)
+    with pytest.raises(ValueError, match="without a matching end"):
+        results.marked_blocks("<!-- t:start -->\nx\n")
+    with pytest.raises(ValueError, match="block name"):
+        results.replace_block("", "bad name", "x")
+
+
+def test_write_readme_blocks_and_json_round_trip(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# T\n<!-- a:start -->\n<!-- a:end -->\n")
+    results.write_readme_blocks({"a": "| x |\n|---|\n| 1 |\n"}, readme=str(readme))
+    assert readme.read_text() == "# T\n<!-- a:start -->\n| x |\n|---|\n| 1 |\n<!-- a:end -->\n"
+    path = tmp_path / "d" / "s.json"
+    results.write_json(str(path), {"a": [1, 0.5]})
+    assert results.read_json(str(path)) == {"a": [1, 0.5]}
+    results.write_json(str(path), {"a": float("inf")})  # a diverged run's grad norm survives the round trip
+    assert results.read_json(str(path)) == {"a": float("inf")}
+
+
+def test_provenance_records_commit_command_and_versions():
+    p = results.provenance(results.REPO_ROOT + "/scripts/bench_embedded.py", ["--seeds", "0", "1"])
+    assert p["command"] == "python scripts/bench_embedded.py --seeds 0 1"
+    assert set(p["versions"]) == {"python", "torch", "transformers", "trl"}
+    assert p["versions"]["trl"] == "1.16.0"
+    if p["commit"] is not None:  # a git checkout
+        assert len(p["commit"]) == 40 and isinstance(p["dirty"], bool)
+    json.dumps(p)
+    line = results.provenance_line({"provenance": {**p, "commit": "a" * 40, "dirty": True}})
+    assert "aaaaaaaaaa (uncommitted changes)" in line and "`python scripts/bench_embedded.py --seeds 0 1`" in line
+
+
+def test_markdown_table():
+    assert results.markdown_table(["a", "b"], [[1, "x"]]) == "| a | b |\n|---|---|\n| 1 | x |\n"
+
+
+def test_mean_std_by_hand():
+    assert results.mean_std([0.2, 0.4, 0.6]) == (pytest.approx(0.4), pytest.approx(0.2))
+    assert results.mean_std([0.3]) == (0.3, 0.0)
+    with pytest.raises(ValueError):
+        results.mean_std([])
+
+
+@pytest.mark.parametrize(
+    "t, df, p",
+    [
+        (1.0, 1, 0.5),  # Cauchy: 1 - 2 atan(1) / pi
+        (math.sqrt(2), 2, 1 - math.sqrt(2) / 2),  # df 2: P(|T| < t) = t / sqrt(2 + t^2)
+        (math.sqrt(3), 3, 0.5 - 1 / math.pi),  # df 3, theta = pi/4: 1 - (2/pi)(pi/4 + 1/2)
+        (0.0, 7, 1.0),
+        (-math.sqrt(2), 2, 1 - math.sqrt(2) / 2),  # two-sided: symmetric in t
+    ],
+)
+def test_student_t_p_values_by_hand(t, df, p):
+    assert results.student_t_two_sided_p(t, df) == pytest.approx(p, abs=1e-12)
+
+
+@pytest.mark.parametrize("t, df", [(12.7062, 1), (4.3027, 2), (2.7764, 4), (2.5706, 5), (2.2281, 10), (2.0860, 20)])
+def test_student_t_critical_values_of_the_tables_give_five_percent(t, df):
+    assert results.student_t_two_sided_p(t, df) == pytest.approx(0.05, abs=2e-5)
+
+
+def test_paired_t_test_by_hand():
+    r = results.paired_t_test([1.0, 2.0, 3.0])  # mean 2, std 1, t = 2 sqrt(3)
+    assert (r["n"], r["df"]) == (3, 2)
+    assert r["mean"] == pytest.approx(2.0) and r["std"] == pytest.approx(1.0)
+    assert r["t"] == pytest.approx(2 * math.sqrt(3))
+    assert r["p"] == pytest.approx(1 - math.sqrt(12) / math.sqrt(14), abs=1e-12)
+    assert results.paired_t_test([0.1, 0.1])["p"] == 0.0 and results.paired_t_test([0.0, 0.0])["p"] == 1.0
+    with pytest.raises(ValueError, match="at least 2"):
+        results.paired_t_test([1.0])
+
+
+def test_sign_test_by_hand():
+    assert results.sign_test([0.1] * 5) == {"positive": 5, "negative": 0, "zero": 0, "p": 2 / 32}
+    assert results.sign_test([0.1, 0.2, 0.3, 0.4, -0.1])["p"] == pytest.approx(2 * 6 / 32)
+    assert results.sign_test([0.1, -0.1, 0.0]) == {"positive": 1, "negative": 1, "zero": 1, "p": 1.0}
+    assert results.sign_test([0.0])["p"] == 1.0
+    assert results.sign_test([1.0] * 10)["p"] == pytest.approx(2 / 1024)
+
+
+@pytest.mark.parametrize("t, df", [(12.7062, 1), (2.7764, 4), (2.2281, 10)])
+def test_student_t_quantile_inverts_the_p_value(t, df):
+    assert results.student_t_quantile(0.05, df) == pytest.approx(t, abs=1e-4)
+
+
+def test_mean_interval_by_hand():
+    low, high = results.mean_interval([1.0, 2.0, 3.0])  # mean 2, std 1, t_{2, 0.975} = 4.3027
+    assert (low, high) == (
+        pytest.approx(2 - 4.302653 / 3**0.5, abs=1e-5),
+        pytest.approx(2 + 4.302653 / 3**0.5, abs=1e-5),
+    )
+    assert results.mean_interval([1.0]) is None
+
+
+def test_missing_readme_markers_stop_a_run_before_it_starts(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- a:start -->\n<!-- a:end -->\n")
+    results.check_readme_blocks(["a"], readme=str(readme))
+    with pytest.raises(SystemExit, match="'<!-- b:start -->' line and one '<!-- b:end -->' line"):
+        results.check_readme_blocks(["a", "b"], readme=str(readme))
