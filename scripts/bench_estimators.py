@@ -166,6 +166,15 @@ def write_readme(path: str, markdown: str) -> None:
         f.write(f"{head}{MARK_START}\n{markdown}\n{MARK_END}{tail}")
 
 
+def readme_blocks(docs_dir: str) -> dict[str, str]:
+    """{"bench_estimators": the README block rendered from docs_dir/bench_estimators.json} (as write_readme writes it)."""
+    path = os.path.join(docs_dir, os.path.basename(DEFAULT_OUTPUT))
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return {"bench_estimators": render(json.load(f)) + "\n"}
+
+
 def readme_block(path: str) -> str:
     """The text between the README's markers (without the newlines next to them)."""
     with open(path) as f:
