@@ -1,6 +1,6 @@
 """Reliability: bad inputs and faults end in a clear error at the earliest point, never in a silent wrong result.
 
-Each test here is one row of the README's reliability table.
+Each test here is one row of the reliability table (docs/reliability.md).
 """
 
 from __future__ import annotations

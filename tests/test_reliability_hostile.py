@@ -1,5 +1,5 @@
 """Reliability against hostile inputs: non-finite numbers, string bools, YAML tricks, runs that would train nothing,
-damaged checkpoints, bad data, bad model folders. Each test is one row of the README's reliability table.
+damaged checkpoints, bad data, bad model folders. Each test is one row of the reliability table (docs/reliability.md).
 """
 
 from __future__ import annotations
