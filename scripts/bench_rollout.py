@@ -362,6 +362,7 @@ def accuracy_table(args, modes) -> dict:
     """{mode: [accuracy per seed]} on the tiny SFT model (one per seed), greedy, gen 8 in two blocks of 4."""
     from transformers import AutoModelForCausalLM
 
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
     from stabledrl_trl.evaluation import evaluate_model
     from stabledrl_trl.sft import prepare_sft_model
     from stabledrl_trl.tasks import load_task_dataset
@@ -381,9 +382,12 @@ def accuracy_table(args, modes) -> dict:
             if options is None:
                 continue
             adapter = CountingAdapter(model, tokenizer)
-            fast = dict(rollout_cache=options.get("cache", "none"), parallel_threshold=options.get("threshold"))
-            res = evaluate_model(adapter, tokenizer, test, "digit_sort", gen_length=8, block_length=4, steps=8,
-                                 temperature=0.0, batch_size=128, seed=seed, progress=False, **fast)  # fmt: skip
+            settings = SamplerSettings.from_fields(
+                max_completion_length=8, block_length=4, diffusion_steps=8, temperature=0.0,
+                rollout_cache=options.get("cache", "none"), parallel_threshold=options.get("threshold"),
+            )  # fmt: skip
+            res = evaluate_model(adapter, tokenizer, test, "digit_sort", settings=settings, batch_size=128, seed=seed,
+                                 progress=False)  # fmt: skip
             results[name].append((res["accuracy"], adapter.row_forwards / res["num_rows"]))
     return results
 

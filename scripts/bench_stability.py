@@ -274,6 +274,7 @@ def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset,
     from transformers import AutoTokenizer, TrainerCallback
 
     from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
     from stabledrl_trl.evaluation import evaluate_draws
     from stabledrl_trl.tasks import get_task
 
@@ -308,8 +309,7 @@ def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset,
         model.eval()
         records[step] = evaluate_draws(
             model, tokenizer, test_dataset, task, draws=args.eval_draws, seed=EVAL_SEED, greedy=greedy,
-            gen_length=config.max_completion_length, block_length=config.block_length, steps=config.diffusion_steps,
-            temperature=config.temperature, batch_size=128, progress=False,
+            settings=SamplerSettings.from_config(config), batch_size=128, progress=False,
         )  # fmt: skip
         model.train(was_training)
 

@@ -6,8 +6,9 @@
 `model_name_or_path` is a full model folder (or hub id) or a LoRA adapter folder saved by peft: an adapter is
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
-`--training_config` names its YAML (max_completion_length, block_length, diffusion_steps, temperature, remasking,
-cfg_scale), else to StableDRLConfig's defaults; explicit flags override both. The prompt style (tagged or official)
+`--training_config` names its YAML (every `SamplerSettings` field: max_completion_length, block_length,
+diffusion_steps, temperature, ..., rollout_cache), else to StableDRLConfig's defaults; explicit flags override both,
+and the settings are checked as training checks them. The prompt style (tagged or official)
 follows the same precedence (default "tagged"), and so does the grading (`reward_style`, default: the prompt style):
 "tagged" scores with the task's correctness reward (1 / 0), "official" counts completions earning the task's full
 official StableDRL score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0). Completions are sampled in batches of
@@ -24,24 +25,9 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-# Sampler setting -> the StableDRLConfig field (training YAML key) it is read from.
-SAMPLER_FROM_TRAINING = {
-    "gen_length": "max_completion_length",
-    "block_length": "block_length",
-    "steps": "diffusion_steps",
-    "temperature": "temperature",
-    "remasking": "remasking",
-    "cfg_scale": "cfg_scale",
-    "sampler": "diffusion_sampler",
-    "dream_alg": "dream_alg",
-    "dream_alg_temp": "dream_alg_temp",
-    "dream_eps": "dream_eps",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "block_denoising_steps": "block_denoising_steps",
-    "block_remasking": "block_remasking",
-    "block_confidence_threshold": "block_confidence_threshold",
-}
+# Flags named differently from the StableDRLConfig field (SamplerSettings field) they set; every other sampler
+# flag has the field's name.
+RENAMED_FLAGS = {"gen_length": "max_completion_length", "steps": "diffusion_steps", "sampler": "diffusion_sampler"}
 
 
 @dataclass
@@ -149,50 +135,29 @@ def make_parser(subparsers=None):
     return make_trl_parser((EvaluateArguments,))
 
 
-def sampler_settings(args: EvaluateArguments) -> dict:
-    """Explicit flag > the training YAML's value > StableDRLConfig's default, for every sampler setting."""
-    from stabledrl_trl.stabledrl_config import StableDRLConfig
+def sampler_settings(args: EvaluateArguments):
+    """The evaluation's `SamplerSettings`: explicit flag > the training YAML's value > StableDRLConfig's default, for
+    every sampler setting (a setting without a flag, e.g. rollout_cache, comes from the training YAML), checked as
+    training checks them; the error names the training field, and this script's flag where it is renamed."""
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
 
     training = load_training_config(args.training_config)
-    defaults = StableDRLConfig.__dataclass_fields__
-    settings = {}
-    for name, training_key in SAMPLER_FROM_TRAINING.items():
-        value = getattr(args, name)
+    flag_of = {field: flag for flag, field in RENAMED_FLAGS.items()}
+    fields = {}
+    for name in SamplerSettings.field_names():
+        value = getattr(args, flag_of.get(name, name), None)
         if value is None:
-            value = training.get(training_key, defaults[training_key].default)
-        settings[name] = value
-    # Unset block_length / diffusion_steps: the same length-derived defaults as StableDRLConfig.
-    from stabledrl_trl.stabledrl_config import resolve_diffusion_layout
-
-    settings["block_length"], settings["steps"] = resolve_diffusion_layout(
-        settings["gen_length"], settings["block_length"], settings["steps"]
-    )
-    check_sampler_settings(settings)
-    return settings
-
-
-def check_sampler_settings(settings: dict) -> None:
-    """The sampler settings are checked as training checks them: a StableDRLConfig is built from them, and its
-    error is reported with this script's setting name (and the training field it maps to)."""
-    import tempfile
-    import warnings
-
-    from stabledrl_trl.stabledrl_config import StableDRLConfig
-
-    fields = {SAMPLER_FROM_TRAINING[name]: value for name, value in settings.items()}
-    fields["top_k"] = fields["top_k"] or 0
-    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # e.g. temperature 0 with several generations: fine for an evaluation
-        try:
-            StableDRLConfig(
-                output_dir=folder, report_to="none", use_cpu=True, bf16=False, mask_seed_mode="fresh", **fields
-            )
-        except (ValueError, TypeError) as error:
-            renamed = ", ".join(f"--{n} is {k}" for n, k in SAMPLER_FROM_TRAINING.items() if n != k)
-            raise type(error)(
-                f"sampler settings (a flag, else --training_config, else the default): {error} "
-                f"(training field names; here {renamed})"
-            ) from None
+            value = training.get(name)
+        if value is not None:  # None: StableDRLConfig's default (block_length / diffusion_steps: length-derived)
+            fields[name] = value
+    try:
+        return SamplerSettings.from_fields(**fields)
+    except (ValueError, TypeError) as error:
+        renamed = ", ".join(f"--{flag} is {field}" for flag, field in RENAMED_FLAGS.items())
+        raise type(error)(
+            f"sampler settings (a flag, else --training_config, else the default): {error} "
+            f"(training field names; here {renamed})"
+        ) from None
 
 
 def load_training_config(path: str | None) -> dict:
@@ -343,7 +308,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         tokenizer,
         dataset,
         task,
-        **settings,
+        settings=settings,
         batch_size=args.batch_size,
         seed=args.seed,
         progress=args.progress,
@@ -360,7 +325,7 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         "grading": result["grading"],
         "grading_rule": result["grading_rule"],
         "full_score": result["full_score"],
-        "sampler": settings,
+        "sampler": settings.to_dict(),
         "seed": args.seed,
         "records": result["records"],
     }

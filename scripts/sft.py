@@ -98,6 +98,7 @@ def main(script_args=None, training_args=None, argv=None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import stabledrl_trl  # noqa: F401  (registers LLaDA and Dream with the Auto classes)
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
     from stabledrl_trl.evaluation import evaluate_model
     from stabledrl_trl.sft import build_tiny_model, run_sft
     from stabledrl_trl.tasks import get_task, load_task_dataset
@@ -160,10 +161,12 @@ def main(script_args=None, training_args=None, argv=None) -> dict:
             tokenizer,
             load(script_args.dataset_test_split, script_args.eval_num_samples),
             task,
-            gen_length=length,
-            block_length=script_args.eval_block_length or length,
-            steps=script_args.eval_diffusion_steps or length,
-            temperature=script_args.eval_temperature,
+            settings=SamplerSettings.from_fields(
+                max_completion_length=length,
+                block_length=script_args.eval_block_length or length,
+                diffusion_steps=script_args.eval_diffusion_steps or length,
+                temperature=script_args.eval_temperature,
+            ),
             batch_size=training_args.per_device_eval_batch_size,
             seed=training_args.seed,
             progress=not training_args.disable_tqdm,

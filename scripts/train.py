@@ -272,34 +272,30 @@ def build_model_init_kwargs(training_args, model_args) -> dict:
     return kwargs
 
 
+def eval_sampler_settings(args, script_args):
+    """The held-out evaluation's sampler settings: the run's own rollout settings (approximate modes included),
+    at eval_temperature when it is set (checked as training checks temperature)."""
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
+
+    if script_args.eval_temperature is None:
+        return SamplerSettings.from_config(args)
+    try:
+        return SamplerSettings.from_config(args, temperature=script_args.eval_temperature)
+    except ValueError as error:
+        raise ValueError(f"eval_temperature={script_args.eval_temperature!r}: {error}") from None
+
+
 def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
     """Held-out accuracy: one sampled evaluation, or (eval_draws > 1 / eval_greedy) the mean over eval_draws
     seeded draws with "std", "draws", "seeds" and "greedy" added."""
     from stabledrl_trl.evaluation import GRADING_RULES, evaluate_draws, evaluate_model
 
-    temperature = args.temperature if script_args.eval_temperature is None else script_args.eval_temperature
-    settings = dict(
-        gen_length=args.max_completion_length,
-        block_length=args.block_length,
-        steps=args.diffusion_steps,
-        remasking=args.remasking,
-        cfg_scale=args.cfg_scale,
-        sampler=args.diffusion_sampler,
-        dream_alg=args.dream_alg,
-        dream_alg_temp=args.dream_alg_temp,
-        dream_eps=args.dream_eps,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        block_denoising_steps=args.block_denoising_steps,
-        block_remasking=args.block_remasking,
-        block_confidence_threshold=args.block_confidence_threshold,
-        batch_size=script_args.eval_batch_size,
-        seed=args.seed,
-        grading=script_args.reward_style,
-    )
+    sampler = eval_sampler_settings(args, script_args)
+    temperature = sampler.temperature
+    settings = dict(settings=sampler, batch_size=script_args.eval_batch_size, seed=args.seed,
+                    grading=script_args.reward_style)  # fmt: skip
     if script_args.eval_draws == 1 and not script_args.eval_greedy:
-        result = evaluate_model(model, tokenizer, dataset, task, temperature=temperature, desc=f"eval {label}",
-                                **settings)  # fmt: skip
+        result = evaluate_model(model, tokenizer, dataset, task, desc=f"eval {label}", **settings)
         print(
             f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts "
             f"({result['grading']} grading)",
@@ -308,7 +304,7 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
         return result
     draws = evaluate_draws(
         model, tokenizer, dataset, task, draws=script_args.eval_draws, greedy=script_args.eval_greedy,
-        temperature=temperature, progress=False, **settings,
+        progress=False, **settings,
     )  # fmt: skip
     result = {
         "accuracy": draws["mean"],
@@ -424,6 +420,8 @@ def _run(script_args, training_args, model_args):
 
     check_script_args(script_args)  # before the SFT warm-up, not after it
     check_model_args(model_args)
+    if script_args.evaluate_before_after:
+        eval_sampler_settings(training_args, script_args)  # a bad eval_temperature: training's message, at once
     task = get_task(script_args.task)
     if script_args.num_threads is not None:
         torch.set_num_threads(script_args.num_threads)

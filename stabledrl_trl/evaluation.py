@@ -3,8 +3,8 @@
 `evaluate_model` renders every prompt as the trainer does (chat template with the generation prompt for
 conversational prompts, the text as is otherwise), left-pads batches of prompts (padding hidden from attention, so a
 row's completion does not depend on its batch at temperature 0), samples completions with the model family's
-rollout sampler (LLaDA's for LLaDA and masked LMs, Dream's for Dream / DiffuCoder, or the one `sampler` names; the
-same choice as the trainer's `diffusion_sampler`), decodes each completion up to its first EOS / end-of-turn token without
+rollout sampler with a `SamplerSettings` (LLaDA's for LLaDA and masked LMs, Dream's for Dream / DiffuCoder, or the one
+`diffusion_sampler` names, as in the trainer's rollouts), decodes each completion up to its first EOS / end-of-turn token without
 special tokens (as TRL does), and scores it with the reward following TRL's protocol
 `reward(prompts, completions, **columns)`. All randomness comes from one `torch.Generator` seeded with `seed`.
 
@@ -18,8 +18,8 @@ Grading (`grading`, for a task):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import torch
 from tqdm.auto import tqdm
@@ -28,6 +28,7 @@ from .diffusion.adapter import DiffusionAdapter, as_diffusion_lm
 from .diffusion.dream_sampler import validate_dream_sampler_args
 from .diffusion.family import get_family
 from .diffusion.sampler import validate_sampler_args
+from .diffusion.sampler_settings import SamplerSettings
 
 
 def resolve_reward(reward_func_or_task) -> Callable:
@@ -114,29 +115,12 @@ def evaluate_model(
     dataset,
     reward_func_or_task,
     *,
-    gen_length: int,
-    block_length: int,
-    steps: int,
-    temperature: float = 0.0,
-    remasking: str = "low_confidence",
-    cfg_scale: float = 0.0,
-    sampler: str = "auto",
-    dream_alg: str = "entropy",
-    dream_alg_temp: float = 0.0,
-    dream_eps: float = 1e-3,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    block_denoising_steps: int | None = None,
-    block_remasking: str = "low_confidence_dynamic",
-    block_confidence_threshold: float = 0.9,
+    settings: SamplerSettings,
     batch_size: int = 32,
     seed: int = 0,
     progress: bool = True,
     desc: str = "evaluating",
     grading: str | None = None,
-    rollout_cache: str = "none",
-    parallel_threshold: float | None = None,
-    max_tokens_per_step: int | None = None,
 ) -> dict:
     """Sample one completion per row of `dataset` and score it; returns accuracy, n and per-sample records.
 
@@ -145,12 +129,10 @@ def evaluate_model(
         or a `datasets.Dataset`).
     reward_func_or_task: a TRL-style reward function, a `TaskSpec` or a registered task name (its correctness
         reward is used).
-    sampler, dream_alg, dream_alg_temp, dream_eps, top_p, top_k, block_*: as `StableDRLConfig`'s diffusion_sampler
-        and fields of the same names ("auto" = the family's own sampler; top_p 1.0 / top_k 0 = no filtering; the
-        block_* fields drive block-diffusion models).
+    settings: the sampler settings (`SamplerSettings.from_config(config)` decodes as that config's training
+        rollouts; `SamplerSettings.from_fields(...)` from StableDRLConfig field names); the family runs its sampler
+        with them exactly as in training.
     progress / desc: show a tqdm bar over batches with this label.
-    rollout_cache, parallel_threshold, max_tokens_per_step: LLaDA's approximate rollout modes, as the
-        `StableDRLConfig` fields of the same names (defaults: exact decoding).
     grading: for a task, "tagged" (None: the correctness reward) or "official" (the official StableDRL reward;
         accuracy counts completions earning the full score); see the module docstring.
     Returns {"accuracy", "n" (rows scored), "num_rows", "grading", "grading_rule", "full_score" (official: the score
@@ -161,40 +143,25 @@ def evaluate_model(
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     reward_func, grading, full_score = resolve_grading(reward_func_or_task, grading)
+    if not isinstance(settings, SamplerSettings):
+        raise TypeError(
+            f"settings must be a SamplerSettings, got {type(settings).__name__}; build it with "
+            "SamplerSettings.from_config(config) or SamplerSettings.from_fields(max_completion_length=..., ...)."
+        )
     adapter = model if isinstance(model, DiffusionAdapter) else as_diffusion_lm(model, tokenizer)
-    # The trainer's config fields, so the family picks and runs its sampler exactly as in training rollouts.
-    settings = SimpleNamespace(
-        max_completion_length=gen_length,
-        block_length=block_length,
-        diffusion_steps=steps,
-        temperature=temperature,
-        remasking=remasking,
-        cfg_scale=cfg_scale,
-        diffusion_sampler=sampler,
-        dream_alg=dream_alg,
-        dream_alg_temp=dream_alg_temp,
-        dream_eps=dream_eps,
-        top_p=top_p,
-        top_k=top_k,
-        block_denoising_steps=block_denoising_steps,
-        block_remasking=block_remasking,
-        block_confidence_threshold=block_confidence_threshold,
-        rollout_cache=rollout_cache,
-        parallel_threshold=parallel_threshold,
-        max_tokens_per_step=max_tokens_per_step,
-    )
-    if sampler not in ("auto", "llada", "dream"):
-        raise ValueError(f"sampler={sampler!r}; choose 'auto' (the model family's own), 'llada' or 'dream'.")
     family = get_family(adapter.family)
-    family.check(settings, adapter.model)
-    if family.sampler_name(settings) == "dream":
+    family.check(settings, adapter.model)  # what the model decides: the sampler "auto" picks, the block size
+    s = settings
+    if family.sampler_name(s) == "dream":
         validate_dream_sampler_args(
-            gen_length, steps, dream_alg, dream_alg_temp, dream_eps, temperature, top_p, top_k if top_k else None
-        )
-    elif family.sampler_name(settings) == "llada":  # families with their own sampler validate in `generate`
+            s.max_completion_length, s.diffusion_steps, s.dream_alg, s.dream_alg_temp, s.dream_eps, s.temperature,
+            s.top_p, s.top_k if s.top_k else None,
+        )  # fmt: skip
+    elif family.sampler_name(s) == "llada":  # families with their own sampler validate in `generate`
         validate_sampler_args(
-            gen_length, block_length, steps, temperature, remasking, cfg_scale, adapter.mask_token_id
-        )
+            s.max_completion_length, s.block_length, s.diffusion_steps, s.temperature, s.remasking, s.cfg_scale,
+            adapter.mask_token_id,
+        )  # fmt: skip
     rows = [dict(row) for row in dataset]
     if not rows:
         raise ValueError("dataset is empty; pass at least one row to evaluate.")
@@ -277,7 +244,7 @@ def evaluate_draws(
     draws: int = 4,
     seed: int = 0,
     greedy: bool = True,
-    temperature: float,
+    settings: SamplerSettings,
     **kwargs,
 ) -> dict:
     """Held-out accuracy as the mean over `draws` sampled evaluations, with its spread, and optionally greedy.
@@ -286,7 +253,8 @@ def evaluate_draws(
     0.05 between draws), so objectives are compared on the mean of several draws. Draw d samples every completion
     with its own `torch.Generator` seeded with `seed + d`, so the draws differ from each other and each is
     reproducible; two models evaluated with the same `seed` see the same generator streams.
-    kwargs: the other `evaluate_model` arguments (gen_length, block_length, steps, ...), the same for every draw.
+    settings: the sampler settings of the draws (at `settings.temperature`); greedy decodes with them at temperature 0.
+    kwargs: the other `evaluate_model` arguments (batch_size, grading, progress), the same for every draw.
 
     Returns {"mean", "std" (sample standard deviation over draws, n - 1; 0 for one draw), "draws" (accuracy per
     draw), "seeds", "temperature", "greedy" (accuracy at temperature 0, or None when greedy is False), "n" (rows
@@ -297,10 +265,12 @@ def evaluate_draws(
     if not isinstance(draws, int) or isinstance(draws, bool) or draws < 1:
         raise ValueError(f"draws must be a positive integer, got {draws!r}; use at least 4 to compare models.")
     kwargs.pop("desc", None)
+    if not isinstance(settings, SamplerSettings):
+        raise TypeError(f"settings must be a SamplerSettings, got {type(settings).__name__}.")
     seeds = [seed + d for d in range(draws)]
     results = [
         evaluate_model(
-            model, tokenizer, dataset, reward_func_or_task, temperature=temperature, seed=s, desc=f"draw {d}", **kwargs
+            model, tokenizer, dataset, reward_func_or_task, settings=settings, seed=s, desc=f"draw {d}", **kwargs
         )
         for d, s in enumerate(seeds)
     ]
@@ -309,14 +279,21 @@ def evaluate_draws(
     greedy_accuracy = None
     if greedy:
         greedy_accuracy = evaluate_model(
-            model, tokenizer, dataset, reward_func_or_task, temperature=0.0, seed=seed, desc="greedy", **kwargs
+            model,
+            tokenizer,
+            dataset,
+            reward_func_or_task,
+            settings=dataclasses.replace(settings, temperature=0.0),  # 0 is valid for every sampler
+            seed=seed,
+            desc="greedy",
+            **kwargs,
         )["accuracy"]
     return {
         "mean": mean,
         "std": std,
         "draws": accuracies,
         "seeds": seeds,
-        "temperature": temperature,
+        "temperature": settings.temperature,
         "greedy": greedy_accuracy,
         "n": results[0]["n"],
         "grading": results[0]["grading"],

@@ -7,6 +7,8 @@ from importlib.metadata import version
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from .diffusion.sampler_settings import SamplerSettings
+
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "model_card.md")
 
 
@@ -49,7 +51,7 @@ def describe_objective(args) -> tuple[str, str]:
 
 def generation_code(trainer) -> tuple[str, str]:
     """(import line, call) decoding one prompt greedily with the sampler this model's rollouts used."""
-    args = trainer.args
+    args = SamplerSettings.from_config(trainer.args)  # the settings the rollouts decoded with
     family = trainer._family_impl
     sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else "block"
     common = "    mask_token_id=lm.mask_token_id,\n    eos_token_ids=lm.eos_token_ids,\n"
@@ -104,25 +106,26 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> 
     tags = {tags} if isinstance(tags, str) else set(tags or [])
     tags.update(trainer._tag_names)
     short, detail = describe_objective(args)
+    sampler = SamplerSettings.from_config(args)
     generate_import, generate_call = generation_code(trainer) if trainer.is_diffusion else ("", "")
     if not trainer.is_diffusion:
         detail = detail.split("; sequence likelihoods")[0] + "; exact autoregressive log-probabilities."
         rollouts = "TRL's autoregressive generation."
     elif "block_generate" in generate_call:
         rollouts = (
-            f"block-diffusion sampler, up to {args.max_completion_length} tokens, block_remasking "
-            f"'{args.block_remasking}', temperature {args.temperature:g}."
+            f"block-diffusion sampler, up to {sampler.max_completion_length} tokens, block_remasking "
+            f"'{sampler.block_remasking}', temperature {sampler.temperature:g}."
         )
     elif "alg=" in generate_call:
         rollouts = (
-            f"Dream's sampler, {args.max_completion_length} positions, {args.diffusion_steps} steps, alg "
-            f"'{args.dream_alg}', temperature {args.temperature:g}."
+            f"Dream's sampler, {sampler.max_completion_length} positions, {sampler.diffusion_steps} steps, alg "
+            f"'{sampler.dream_alg}', temperature {sampler.temperature:g}."
         )
     else:
         rollouts = (
-            f"LLaDA's masked-diffusion sampler, {args.max_completion_length} positions in blocks of "
-            f"{args.block_length}, {args.diffusion_steps} steps, temperature {args.temperature:g}, remasking "
-            f"'{args.remasking}'."
+            f"LLaDA's masked-diffusion sampler, {sampler.max_completion_length} positions in blocks of "
+            f"{sampler.block_length}, {sampler.diffusion_steps} steps, temperature {sampler.temperature:g}, remasking "
+            f"'{sampler.remasking}'."
         )
     card_data = ModelCardData(
         base_model=base_model,
@@ -144,10 +147,10 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> 
         is_diffusion=trainer.is_diffusion,
         family=getattr(trainer, "_family", None),
         model_type=getattr(config, "model_type", ""),
-        gen_length=args.max_completion_length,
-        block_length=args.block_length,
-        steps=args.diffusion_steps,
-        remasking=args.remasking,
+        gen_length=sampler.max_completion_length,
+        block_length=sampler.block_length,
+        steps=sampler.diffusion_steps,
+        remasking=sampler.remasking,
         generate_import=generate_import,
         generate_call=generate_call,
         stabledrl_version=__version__,

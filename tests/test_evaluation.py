@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from stabledrl_trl.diffusion.adapter import DiffusionAdapter
+from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
 from stabledrl_trl.evaluation import evaluate_draws, evaluate_model, left_pad
 from stabledrl_trl.tasks.digit_sort import digit_sort_correctness_reward, format_example
 
@@ -63,10 +64,9 @@ def test_known_answers_give_exact_accuracy(tiny_tokenizer, temperature):
         tiny_tokenizer,
         rows,
         digit_sort_correctness_reward,
-        gen_length=GEN,
-        block_length=4,
-        steps=8,
-        temperature=temperature,
+        settings=SamplerSettings.from_fields(
+            max_completion_length=GEN, block_length=4, diffusion_steps=8, temperature=temperature
+        ),
         batch_size=2,
         seed=0,
         progress=False,
@@ -91,9 +91,7 @@ def test_task_name_and_taskspec_are_accepted(tiny_tokenizer):
             tiny_tokenizer,
             rows,
             reward,
-            gen_length=GEN,
-            block_length=GEN,
-            steps=4,
+            settings=_settings(GEN, GEN, 4),
             progress=False,
         )
         assert result["accuracy"] == 0.5
@@ -105,10 +103,20 @@ def test_left_pad():
     assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
 
 
-def _tiny_eval(model, tokenizer, rows, **overrides):
-    settings = dict(gen_length=GEN, block_length=4, steps=4, temperature=0.0, batch_size=4, seed=0, progress=False)
-    settings.update(overrides)
-    return evaluate_model(model, tokenizer, rows, "digit_sort", **settings)
+def _tiny_eval(model, tokenizer, rows, batch_size=4, seed=0, **fields):
+    """evaluate_model on digit_sort; fields: SamplerSettings fields over gen 8, blocks of 4, 4 steps, greedy."""
+    sampler = dict(max_completion_length=GEN, block_length=4, diffusion_steps=4, temperature=0.0)
+    sampler.update(fields)
+    settings = SamplerSettings.from_fields(**sampler)
+    return evaluate_model(model, tokenizer, rows, "digit_sort", settings=settings, batch_size=batch_size, seed=seed,
+                          progress=False)  # fmt: skip
+
+
+def _settings(length, block_length, steps, temperature=0.0, **fields) -> SamplerSettings:
+    return SamplerSettings.from_fields(
+        max_completion_length=length, block_length=block_length, diffusion_steps=steps, temperature=temperature,
+        **fields,
+    )  # fmt: skip
 
 
 def _varied_rows():
@@ -153,7 +161,9 @@ def test_bad_arguments(tiny_tokenizer, tiny_llada):
     with pytest.raises(ValueError, match="empty"):
         _tiny_eval(tiny_llada, tiny_tokenizer, [])
     with pytest.raises(ValueError, match="unknown task"):
-        evaluate_model(tiny_llada, tiny_tokenizer, rows, "no_such_task", gen_length=8, block_length=8, steps=8)
+        evaluate_model(tiny_llada, tiny_tokenizer, rows, "no_such_task", settings=_settings(8, 8, 8))
+    with pytest.raises(TypeError, match="settings must be a SamplerSettings"):
+        evaluate_model(tiny_llada, tiny_tokenizer, rows, "digit_sort", settings={"max_completion_length": 8})
 
 
 def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
@@ -165,9 +175,9 @@ def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
 
     model = build_tiny_model(tiny_tokenizer, seed=1, architecture="sdar").eval()
     rows = _rows(["4131", "9876", "5501"])
-    result = evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward, gen_length=GEN, block_length=8,
-                            steps=8, temperature=0.0, batch_size=2, progress=False,
-                            block_remasking="low_confidence_static")  # fmt: skip
+    settings = _settings(GEN, 8, 8, temperature=0.0, block_remasking="low_confidence_static")
+    result = evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward, settings=settings, batch_size=2,
+                            progress=False)  # fmt: skip
     adapter = as_diffusion_lm(model, tiny_tokenizer)
     for row, record in zip(rows, result["records"]):
         ids = torch.tensor([tiny_tokenizer(render_prompt(tiny_tokenizer, row["prompt"]), add_special_tokens=False)[
@@ -178,8 +188,8 @@ def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
         text = tiny_tokenizer.decode(out.completion_ids[0][out.completion_mask[0].bool()], skip_special_tokens=True)
         assert record["completion"] == text
     with pytest.raises(ValueError, match="denoising_steps=8 exceeds"):
-        evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward, gen_length=GEN, block_length=8,
-                       steps=8, progress=False, block_denoising_steps=8)  # fmt: skip
+        evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward,
+                       settings=_settings(GEN, 8, 8, block_denoising_steps=8), progress=False)  # fmt: skip
 
 
 # ---- grading: the tasks' tagged correctness reward or the official StableDRL grading
@@ -189,9 +199,8 @@ def _evaluate_fixed(tokenizer, answer, rows, task, grading):
     gen = 32
     answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [EOT]
     adapter = DiffusionAdapter(FixedAnswerModel(answer_ids, gen=gen), "llada", MASK, (EOS, EOT), EOS)
-    return evaluate_model(
-        adapter, tokenizer, rows, task, gen_length=gen, block_length=gen, steps=gen, progress=False, grading=grading
-    )
+    return evaluate_model(adapter, tokenizer, rows, task, settings=_settings(gen, gen, gen), progress=False,
+                          grading=grading)  # fmt: skip
 
 
 def test_official_grading_counts_completions_with_the_full_official_score(tiny_tokenizer):
@@ -275,13 +284,13 @@ def test_each_family_is_evaluated_with_its_training_sampler(tiny_tokenizer, tiny
     expected = [tiny_tokenizer.decode(c[m.bool()].tolist(), skip_special_tokens=True)
                 for c, m in zip(out.completion_ids, out.completion_mask)]  # fmt: skip
     assert [r["completion"] for r in result["records"]] == expected
-    _tiny_eval(dream, tiny_tokenizer, rows, sampler="llada")
+    _tiny_eval(dream, tiny_tokenizer, rows, diffusion_sampler="llada")
     _tiny_eval(tiny_llada, tiny_tokenizer, rows)
     assert calls == ["dream", "llada", "llada"]
     with pytest.raises(ValueError, match="dream_alg"):  # a Dream-sampler setting LLaDA's sampler would ignore
         _tiny_eval(tiny_llada, tiny_tokenizer, rows, dream_alg="origin")
     with pytest.raises(ValueError, match="sampler="):
-        _tiny_eval(tiny_llada, tiny_tokenizer, rows, sampler="fast")
+        _tiny_eval(tiny_llada, tiny_tokenizer, rows, diffusion_sampler="fast")
 
 
 def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenizer, monkeypatch):
@@ -301,11 +310,10 @@ def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenize
         return block_generate(*args, **kwargs)
 
     monkeypatch.setattr(family_module, "block_generate", counted)
-    # block_length=3 would be an invalid LLaDA layout: it is not checked, LLaDA's sampler does not run
-    result = _tiny_eval(sdar, tiny_tokenizer, _rows(["4131", "0000"]), block_length=3)
+    result = _tiny_eval(sdar, tiny_tokenizer, _rows(["4131", "0000"]))
     assert calls and result["num_rows"] == 2
     with pytest.raises(ValueError, match="diffusion_sampler='dream'"):
-        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), sampler="dream")
+        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), diffusion_sampler="dream")
     with pytest.raises(ValueError, match="dream_alg"):  # a setting its sampler would ignore
         _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), dream_alg="origin")
 
@@ -318,18 +326,20 @@ def _distinct_characters(prompts, completions, **kwargs):
 
 def test_evaluation_draws_differ_are_seeded_and_summarised(tiny_tokenizer, tiny_llada):
     rows = _varied_rows()
-    settings = dict(gen_length=GEN, block_length=4, steps=4, batch_size=4, progress=False)
+    settings = dict(batch_size=4, progress=False)
+    sampled = _settings(GEN, 4, 4, temperature=1.0)
     result = evaluate_draws(
-        tiny_llada, tiny_tokenizer, rows, _distinct_characters, draws=4, seed=10, temperature=1.0, **settings
+        tiny_llada, tiny_tokenizer, rows, _distinct_characters, draws=4, seed=10, settings=sampled, **settings
     )
     assert result["seeds"] == [10, 11, 12, 13] and result["n"] == len(rows) and result["temperature"] == 1.0
     assert len(set(result["draws"])) > 1  # each draw has its own generator stream
     # draw d is evaluate_model with seed 10 + d; greedy is evaluate_model at temperature 0
     for d, accuracy in enumerate(result["draws"]):
-        alone = evaluate_model(tiny_llada, tiny_tokenizer, rows, _distinct_characters, temperature=1.0, seed=10 + d,
+        alone = evaluate_model(tiny_llada, tiny_tokenizer, rows, _distinct_characters, settings=sampled, seed=10 + d,
                                **settings)  # fmt: skip
         assert accuracy == alone["accuracy"]
-    greedy = evaluate_model(tiny_llada, tiny_tokenizer, rows, _distinct_characters, temperature=0.0, **settings)
+    greedy = evaluate_model(tiny_llada, tiny_tokenizer, rows, _distinct_characters,
+                            settings=_settings(GEN, 4, 4, temperature=0.0), **settings)  # fmt: skip
     assert result["greedy"] == greedy["accuracy"]
     # mean and sample std (n - 1) of the draws
     values = result["draws"]
@@ -337,7 +347,7 @@ def test_evaluation_draws_differ_are_seeded_and_summarised(tiny_tokenizer, tiny_
     assert result["mean"] == pytest.approx(mean, abs=1e-12)
     assert result["std"] == pytest.approx((sum((v - mean) ** 2 for v in values) / 3) ** 0.5, abs=1e-12)
     again = evaluate_draws(
-        tiny_llada, tiny_tokenizer, rows, _distinct_characters, draws=4, seed=10, temperature=1.0, greedy=False,
+        tiny_llada, tiny_tokenizer, rows, _distinct_characters, draws=4, seed=10, settings=sampled, greedy=False,
         **settings,
     )  # fmt: skip
     assert again["draws"] == result["draws"] and again["greedy"] is None
@@ -345,5 +355,5 @@ def test_evaluation_draws_differ_are_seeded_and_summarised(tiny_tokenizer, tiny_
 
 def test_evaluation_draws_refuse_a_non_positive_count(tiny_tokenizer, tiny_llada):
     with pytest.raises(ValueError, match="draws must be a positive integer"):
-        evaluate_draws(tiny_llada, tiny_tokenizer, _rows(["1234"]), "digit_sort", draws=0, temperature=0.9,
-                       gen_length=GEN, block_length=4, steps=4)  # fmt: skip
+        evaluate_draws(tiny_llada, tiny_tokenizer, _rows(["1234"]), "digit_sort", draws=0,
+                       settings=_settings(GEN, 4, 4, temperature=0.9))  # fmt: skip

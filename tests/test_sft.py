@@ -169,7 +169,10 @@ def test_short_sft_lowers_loss_and_learns_a_trivial_task(tiny_tokenizer, tmp_pat
     # Trivial task: answer the letter of the prompt twice.
     rows = [{"prompt": [{"role": "user", "content": c}], "answer": c * 2} for c in "abcdefgh"]
     model = build_tiny_model(tiny_tokenizer, seed=0)
-    settings = dict(gen_length=4, block_length=4, steps=4, temperature=0.0, batch_size=8, progress=False)
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
+
+    sampler = SamplerSettings.from_fields(max_completion_length=4, block_length=4, diffusion_steps=4, temperature=0.0)
+    settings = dict(settings=sampler, batch_size=8, progress=False)
     before = evaluate_model(model, tiny_tokenizer, rows, _exact_match, **settings)["accuracy"]
     loss_before = _fixed_mask_loss(model, tiny_tokenizer, rows, 4)
     args = MaskedDiffusionSFTConfig(

@@ -4,8 +4,9 @@ The trainer never branches on the model type. It asks `get_family(name)` for a `
 - `family.generate(adapter, prompt_ids, prompt_mask, args, eos_token_ids=..., generator=...)` for rollouts, and
 - `family.estimate(adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, seeds=..., ...)` for
   per-token likelihood contributions (their masked mean is the sequence estimate),
-where `args` is the `StableDRLConfig` (each family reads the fields it uses) and `adapter` the model wrapped by
-`diffusion.adapter.as_diffusion_lm` (aligned float32 logits, special ids).
+where `args` is the `StableDRLConfig` (each family reads the fields it uses; `generate` and `check` read only the
+sampler fields, so evaluation passes a `diffusion.sampler_settings.SamplerSettings` of the same names) and `adapter`
+the model wrapped by `diffusion.adapter.as_diffusion_lm` (aligned float32 logits, special ids).
 
 A batch flows: prompts (left-padded) -> `generate` -> completion ids (B, C) with the completion mask up to the
 first EOS -> rewards and group advantages (TRL) -> `estimate` for the old policy (no gradient) and the current

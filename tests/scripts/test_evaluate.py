@@ -80,11 +80,12 @@ def test_full_model_writes_json(evaluate_script, checkpoints, tmp_path):
     assert written["adapter"] is False and written["task"] == "digit_sort" and written["split"] == "test"
     assert written["n"] == written["num_rows"] == len(written["records"]) == 6
     assert all(set(r) == RECORD_KEYS for r in written["records"])
-    assert written["sampler"] == {
-        "gen_length": 8, "block_length": 4, "steps": 4, "temperature": 0.0, "remasking": "low_confidence",
-        "cfg_scale": 0.0, "sampler": "auto", "dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
-        "top_p": 1.0, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
-        "block_confidence_threshold": 0.9,
+    assert written["sampler"] == {  # the SamplerSettings, under StableDRLConfig's field names
+        "max_completion_length": 8, "block_length": 4, "diffusion_steps": 4, "temperature": 0.0,
+        "remasking": "low_confidence", "cfg_scale": 0.0, "diffusion_sampler": "auto", "dream_alg": "entropy",
+        "dream_alg_temp": 0.0, "dream_eps": 1e-3, "top_p": 1.0, "top_k": 0, "block_denoising_steps": None,
+        "block_remasking": "low_confidence_dynamic", "block_confidence_threshold": 0.9, "rollout_cache": "none",
+        "parallel_threshold": None, "max_tokens_per_step": None, "reward_text": "completion",
     }  # fmt: skip
     rewards = [r["reward"] for r in written["records"]]
     assert written["accuracy"] == pytest.approx(sum(rewards) / 6)
@@ -97,6 +98,7 @@ def test_lora_adapter_is_loaded_without_merging(evaluate_script, checkpoints, tm
     from peft.tuners.lora.layer import Linear as LoraLinear
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
     from stabledrl_trl.evaluation import evaluate_model
     from stabledrl_trl.tasks import load_task_dataset
 
@@ -129,10 +131,9 @@ def test_lora_adapter_is_loaded_without_merging(evaluate_script, checkpoints, tm
         AutoTokenizer.from_pretrained(base_dir),
         rows,
         "digit_sort",
-        gen_length=8,
-        block_length=4,
-        steps=4,
-        temperature=0.0,
+        settings=SamplerSettings.from_fields(
+            max_completion_length=8, block_length=4, diffusion_steps=4, temperature=0.0
+        ),
         batch_size=6,
         progress=False,
     )
@@ -148,21 +149,22 @@ def test_sampler_settings_precedence(evaluate_script, tmp_path):
     (args,) = evaluate_script.make_parser().parse_args_and_config(
         ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8", "--top_p", "0.95"]
     )
-    assert evaluate_script.sampler_settings(args) == {
-        "gen_length": 16, "block_length": 8, "steps": 8, "temperature": 0.7, "remasking": "low_confidence",
-        "cfg_scale": 0.0, "sampler": "dream", "dream_alg": "maskgit_plus", "dream_alg_temp": 0.0, "dream_eps": 1e-3,
-        "top_p": 0.95, "top_k": 0, "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic",
-        "block_confidence_threshold": 0.9,
+    assert evaluate_script.sampler_settings(args).to_dict() == {
+        "max_completion_length": 16, "block_length": 8, "diffusion_steps": 8, "temperature": 0.7,
+        "remasking": "low_confidence", "cfg_scale": 0.0, "diffusion_sampler": "dream", "dream_alg": "maskgit_plus",
+        "dream_alg_temp": 0.0, "dream_eps": 1e-3, "top_p": 0.95, "top_k": 0, "block_denoising_steps": None,
+        "block_remasking": "low_confidence_dynamic", "block_confidence_threshold": 0.9, "rollout_cache": "none",
+        "parallel_threshold": None, "max_tokens_per_step": None, "reward_text": "completion",
     }  # fmt: skip
     from stabledrl_trl.stabledrl_config import StableDRLConfig
 
     (args,) = evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", "m"])
     fields = StableDRLConfig.__dataclass_fields__
     settings = evaluate_script.sampler_settings(args)
-    assert settings["gen_length"] == fields["max_completion_length"].default
+    assert settings.max_completion_length == fields["max_completion_length"].default
     # unset block_length / diffusion_steps: StableDRLConfig's length-derived defaults (256 positions: 32, 128)
-    assert (settings["block_length"], settings["steps"]) == (32, 128)
-    assert settings["temperature"] == fields["temperature"].default
+    assert (settings.block_length, settings.diffusion_steps) == (32, 128)
+    assert settings.temperature == fields["temperature"].default
 
 
 def test_yaml_config_and_unknown_keys(evaluate_script, tmp_path):
@@ -259,6 +261,7 @@ def test_misspelt_key_suggests_the_field(evaluate_script, tmp_path):
 
 def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tmp_path):
     """A saved tiny SDAR evaluated with configs/tiny_block.yaml's sampler settings (its block sampler)."""
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
     from stabledrl_trl.evaluation import evaluate_model
     from stabledrl_trl.sft import build_tiny_model
     from stabledrl_trl.tasks import get_task, load_task_dataset
@@ -274,8 +277,8 @@ def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tm
     result = evaluate_script.main(argv=argv)
     assert result["sampler"]["block_remasking"] == "low_confidence_dynamic" and result["n"] == 4
     rows = load_task_dataset("digit_sort", "test", num_samples=4, seed=0)
-    direct = evaluate_model(model.eval(), tokenizer, rows, get_task("digit_sort"), gen_length=8, block_length=8,
-                            steps=8, temperature=0.0, progress=False)  # fmt: skip
+    settings = SamplerSettings.from_fields(max_completion_length=8, block_length=8, diffusion_steps=8, temperature=0.0)
+    direct = evaluate_model(model.eval(), tokenizer, rows, get_task("digit_sort"), settings=settings, progress=False)
     assert [r["completion"] for r in result["records"]] == [r["completion"] for r in direct["records"]]
 
 

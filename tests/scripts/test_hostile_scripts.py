@@ -58,6 +58,7 @@ def test_train_script_model_path_that_is_a_file_or_lacks_model_type(tmp_path, lo
         ("dtype: bfloat61\n", [], ["dtype='bfloat61' is not known", "bfloat16"]),  # YAML skips argparse's choices
         ("", ["--use_peft", "true", "--lora_r", "0"], ["lora_r=0 must be an integer >= 1"]),
         ("", ["--use_peft", "true", "--lora_dropout", "nan"], ["lora_dropout=nan is not finite"]),
+        ("", ["--eval_temperature", "-1"], ["eval_temperature=-1.0: temperature=-1.0 is out of range"]),
     ],
 )
 def test_train_script_model_settings_name_the_field_before_any_work(tmp_path, load_script, yaml_extra, flags, words):

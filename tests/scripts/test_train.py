@@ -199,6 +199,7 @@ def test_before_after_evaluation_over_several_draws(tmp_path, load_script, tiny_
     import pytest
 
     from stabledrl_trl import StableDRLConfig
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
     from stabledrl_trl.evaluation import evaluate_model
     from stabledrl_trl.tasks import get_task, load_task_dataset
 
@@ -212,8 +213,38 @@ def test_before_after_evaluation_over_several_draws(tmp_path, load_script, tiny_
     result = train._evaluate(tiny_llada, tiny_tokenizer, rows, get_task("digit_sort"), args, script_args, "x")
     assert result["seeds"] == [5, 6, 7] and len(result["draws"]) == 3 and result["greedy"] is not None
     assert result["accuracy"] == result["mean"] == pytest.approx(sum(result["draws"]) / 3)
-    one = evaluate_model(tiny_llada, tiny_tokenizer, rows, "digit_sort", gen_length=8, block_length=4, steps=4,
-                         temperature=1.0, seed=6, batch_size=4, progress=False)  # fmt: skip
+    one = evaluate_model(tiny_llada, tiny_tokenizer, rows, "digit_sort", settings=SamplerSettings.from_config(args),
+                         seed=6, batch_size=4, progress=False)  # fmt: skip
     assert result["draws"][1] == one["accuracy"]
     with pytest.raises(ValueError, match="eval_draws: expected a positive integer, got 0"):
         train.TrainScriptArguments(task="digit_sort", eval_draws=0)
+
+
+def test_held_out_evaluation_decodes_with_the_runs_sampler_settings(tmp_path, load_script):
+    """The run's rollout settings, approximate modes included; eval_temperature replaces the temperature only, and
+    a bad one is refused with training's message."""
+    import dataclasses
+
+    import pytest
+
+    from stabledrl_trl import StableDRLConfig
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
+
+    train = load_script("train")
+    args = StableDRLConfig(
+        output_dir=str(tmp_path), use_cpu=True, max_completion_length=8, block_length=4, diffusion_steps=4,
+        per_device_train_batch_size=4, num_generations=4, rollout_cache="dual", parallel_threshold=0.7,
+        max_tokens_per_step=2, top_k=3,
+    )  # fmt: skip
+    script_args = train.TrainScriptArguments(task="digit_sort")
+    settings = train.eval_sampler_settings(args, script_args)
+    assert settings == SamplerSettings.from_config(args)
+    assert (settings.rollout_cache, settings.parallel_threshold, settings.max_tokens_per_step) == ("dual", 0.7, 2)
+    script_args = train.TrainScriptArguments(task="digit_sort", eval_temperature=0.0)
+    assert train.eval_sampler_settings(args, script_args) == dataclasses.replace(settings, temperature=0.0)
+    with pytest.raises(ValueError) as training:
+        StableDRLConfig(output_dir=str(tmp_path), use_cpu=True, temperature=-0.5)
+    script_args = train.TrainScriptArguments(task="digit_sort", eval_temperature=-0.5)
+    with pytest.raises(ValueError) as evaluation:
+        train.eval_sampler_settings(args, script_args)
+    assert str(evaluation.value) == f"eval_temperature=-0.5: {training.value}"
