@@ -310,12 +310,17 @@ def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
     for sampler in ("auto", "llada"):
         with pytest.raises(ValueError, match="block_length"):
             make(tmp_path, diffusion_sampler=sampler, max_completion_length=60, diffusion_steps=7)
-    # the "unchanged" check of Dream-only settings compares against the fields' own defaults
-    from stabledrl_trl.diffusion.family import DREAM_SAMPLER_DEFAULTS
+    # the "unchanged" checks of one sampler's settings compare against the config's own defaults
+    from stabledrl_trl.diffusion.family import BLOCK_SAMPLER_DEFAULTS, DREAM_SAMPLER_DEFAULTS, FAST_ROLLOUT_DEFAULTS
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
 
-    assert {
-        k: StableDRLConfig.__dataclass_fields__[k].default for k in DREAM_SAMPLER_DEFAULTS
-    } == DREAM_SAMPLER_DEFAULTS
+    assert DREAM_SAMPLER_DEFAULTS == {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
+    assert FAST_ROLLOUT_DEFAULTS == {"rollout_cache": "none", "parallel_threshold": None, "max_tokens_per_step": None}
+    assert BLOCK_SAMPLER_DEFAULTS == {
+        "block_denoising_steps": None, "block_remasking": "low_confidence_dynamic", "block_confidence_threshold": 0.9
+    }  # fmt: skip
+    for defaults in (DREAM_SAMPLER_DEFAULTS, BLOCK_SAMPLER_DEFAULTS, FAST_ROLLOUT_DEFAULTS):
+        assert set(defaults) <= set(SamplerSettings.field_names())
 
 
 def test_no_completion_length_limit_is_kept_for_autoregressive_models(tmp_path):

@@ -96,20 +96,22 @@ def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
 
 # Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects.
 SAMPLERS = {"llada": _llada_rollouts, "dream": _dream_rollouts}
+
+
+def _config_defaults(*names: str) -> dict:
+    """StableDRLConfig's defaults of the sampler settings `names` (read from the config, never repeated here)."""
+    from ..stabledrl_config import StableDRLConfig
+
+    fields = StableDRLConfig.__dataclass_fields__
+    return {name: fields[name].default for name in names}
+
+
 # Defaults of the config fields only Dream's sampler reads.
-DREAM_SAMPLER_DEFAULTS = {"dream_alg": "entropy", "dream_alg_temp": 0.0, "dream_eps": 1e-3}
-
-
-# Fields only the block-diffusion sampler reads, with their StableDRLConfig defaults.
-BLOCK_SAMPLER_DEFAULTS = {
-    "block_denoising_steps": None,
-    "block_remasking": "low_confidence_dynamic",
-    "block_confidence_threshold": 0.9,
-}
-
-
-# Defaults of the approximate rollout modes, which only LLaDA's sampler has (the caches only on LLaDA models).
-FAST_ROLLOUT_DEFAULTS = {"rollout_cache": "none", "parallel_threshold": None, "max_tokens_per_step": None}
+DREAM_SAMPLER_DEFAULTS = _config_defaults("dream_alg", "dream_alg_temp", "dream_eps")
+# Fields only the block-diffusion sampler reads.
+BLOCK_SAMPLER_DEFAULTS = _config_defaults("block_denoising_steps", "block_remasking", "block_confidence_threshold")
+# The approximate rollout modes, which only LLaDA's sampler has (the caches only on LLaDA models).
+FAST_ROLLOUT_DEFAULTS = _config_defaults("rollout_cache", "parallel_threshold", "max_tokens_per_step")
 
 
 def fast_rollout_settings(args) -> dict:
