@@ -482,6 +482,8 @@ def _run(script_args, training_args, model_args):
         )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    # the model card (README.md: how to load and decode); TRL writes it with checkpoints only
+    trainer.create_model_card(model_name=os.path.basename(os.path.normpath(training_args.output_dir)))
     trainer.save_state()  # trainer_state.json with the log history, for scripts/plot.py
     if script_args.evaluate_before_after:
         results["after"] = _evaluate(

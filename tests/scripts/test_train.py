@@ -37,6 +37,8 @@ def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script, capsys):
     ):
         assert any(line.split()[:2] == [label, str(path)] for line in lines), (label, console)
         assert path.exists()
+    card = (out / "README.md").read_text()  # the summary points to it for how to load the model
+    assert "import stabledrl_trl" in card and "stable_drl" in card
     before, after = results["before"]["accuracy"], results["after"]["accuracy"]
     assert f"before RL {before:.4f} -> after RL {after:.4f}" in lines[-1]
     # the full record: every logged dict, as JSON, in the log file
