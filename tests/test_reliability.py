@@ -366,8 +366,12 @@ def test_missing_local_model_path_fails_at_once(tmp_path, name):
 def test_missing_path_under_an_existing_relative_folder_fails_at_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "checkpoints").mkdir()
-    with pytest.raises(FileNotFoundError, match="checkpoints/sft"):
+    with pytest.raises(FileNotFoundError, match="checkpoints/sft") as error:
         make_trainer(tmp_path, model="checkpoints/sft")
+    # names the argument, the folder the relative path resolves to, and what to give instead
+    message = str(error.value)
+    assert message.startswith("model='checkpoints/sft' ")
+    assert str(tmp_path / "checkpoints" / "sft") in message and "save_pretrained" in message
 
 
 # --------------------------------------------------------------------------- DDP

@@ -217,8 +217,9 @@ def test_pickle_checkpoints_are_refused_unless_allowed(evaluate_script, checkpoi
 
 def test_missing_local_model_path_fails_at_once(evaluate_script, tmp_path):
     (args,) = evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", str(tmp_path / "nope")])
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="does not exist") as error:
         evaluate_script.load_model(args)
+    assert str(error.value).startswith(f"model_name_or_path={str(tmp_path / 'nope')!r} ")
 
 
 def test_unwritable_output_fails_before_evaluating_and_records_survive_a_late_failure(
