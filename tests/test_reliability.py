@@ -453,6 +453,8 @@ def test_model_card_of_a_trl_baseline_says_so(tmp_path):
     assert "TRL's `grpo`" in short and "beta=0.04" in detail
     short, _ = describe_objective(make_args(tmp_path, loss_type="dgpo"))
     assert "DGPO" in short
+    for samples, words in ((1, "(1 Monte-Carlo mask sample)"), (2, "(2 Monte-Carlo mask samples)")):
+        assert words in describe_objective(make_args(tmp_path, mc_samples=samples))[1]
 
 
 def test_mask_id_mismatch_between_model_and_tokenizer_names_the_config_field(tmp_path):
