@@ -424,6 +424,12 @@ def _run(script_args, training_args, model_args):
 
     check_script_args(script_args)  # before the SFT warm-up, not after it
     check_model_args(model_args)
+    if script_args.tiny_model and model_args.model_name_or_path is not None:
+        raise ValueError(
+            f"model_name_or_path={model_args.model_name_or_path!r} is set together with tiny_model: true, which "
+            "builds its own tiny model and would ignore it. Set tiny_model: false to train that model, or remove "
+            "model_name_or_path to train the embedded tiny model."
+        )
     task = get_task(script_args.task)
     if script_args.num_threads is not None:
         torch.set_num_threads(script_args.num_threads)

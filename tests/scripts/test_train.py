@@ -80,6 +80,20 @@ def test_misspelt_yaml_key_suggests_the_field(tmp_path, load_script):
         train.make_parser().parse_args_and_config(["--config", str(config), "--output_dir", str(tmp_path)])
 
 
+def test_model_path_with_tiny_model_is_refused_before_the_warm_up(tmp_path, load_script):
+    """tiny.yaml plus a model_name_or_path (a newcomer adapting the quick start): an error, not the tiny model."""
+    import pytest
+
+    train = load_script("train")
+    argv = [
+        "--config", os.path.join(ROOT, "configs", "tiny.yaml"), "--model_name_or_path", str(tmp_path / "my-model"),
+        "--sft_cache_dir", str(tmp_path / "cache"), "--output_dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"model_name_or_path='.*my-model' is set together with tiny_model: true"):
+        train.main(argv=argv)
+    assert not (tmp_path / "cache").exists()  # refused before the SFT warm-up
+
+
 def test_resume_from_checkpoint_true_on_the_command_line_means_latest(tmp_path, load_script):
     from stabledrl_trl.safety import resolve_resume
 
