@@ -206,6 +206,11 @@ def load_training_config(path: str | None) -> dict:
     from stabledrl_trl.safety import suggest_fields
     from stabledrl_trl.validation import load_yaml_checked
 
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"training_config={path!r} is not a file ({os.path.abspath(path)}); give the YAML the model was trained "
+            "with (e.g. configs/tiny.yaml), or leave --training_config out to use the sampler defaults."
+        )
     training = load_yaml_checked(path) or {}
     if not isinstance(training, dict):
         raise ValueError(f"training_config: {path!r} does not hold a YAML mapping.")

@@ -258,6 +258,14 @@ def test_misspelt_key_suggests_the_field(evaluate_script, tmp_path):
         evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", "m", "--num_smaples", "3"])
 
 
+def test_missing_training_config_names_the_flag_before_loading(evaluate_script, tmp_path):
+    missing = tmp_path / "configs" / "tinyy.yaml"
+    argv = ["--model_name_or_path", str(tmp_path / "never-loaded"), "--training_config", str(missing)]
+    with pytest.raises(FileNotFoundError, match=r"training_config='.*tinyy\.yaml' is not a file") as error:
+        evaluate_script.main(argv=argv)  # the model path does not exist either: the config is checked first
+    assert "leave --training_config out" in str(error.value)
+
+
 def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tmp_path):
     """A saved tiny SDAR evaluated with configs/tiny_block.yaml's sampler settings (its block sampler)."""
     from stabledrl_trl.evaluation import evaluate_model
