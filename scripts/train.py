@@ -400,7 +400,7 @@ def summary_lines(training_args, results: dict, log_file: str, seconds: float) -
     """The final summary: where the model, the logs and the accuracy file are, and the before/after accuracy."""
     out = training_args.output_dir
     lines = [
-        f"Done in {seconds / 60:.1f} min.",
+        f"Done in {seconds:.0f} s." if seconds < 60 else f"Done in {seconds / 60:.1f} min.",
         f"  model:    {out}  (load it after `import stabledrl_trl`; the model card README.md there shows how)",
         f"  logs:     {log_file}  (everything, every logged metric)",
         f"            {os.path.join(out, 'trainer_state.json')}  (metrics per step; scripts/plot.py draws them)",

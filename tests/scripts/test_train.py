@@ -30,6 +30,7 @@ def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script, capsys):
     out = tmp_path / "out"
     assert [line.split()[1] for line in lines if line.startswith("step ")][-2:] == ["1/2", "2/2"]
     assert max(len(line) for line in lines) < 250 and "{'loss'" not in console
+    assert any(line.startswith("Done in ") and line.endswith(" s.") for line in lines)  # seconds, not "0.0 min"
     for label, path in (
         ("model:", out),
         ("logs:", out / "train.log"),
@@ -233,3 +234,12 @@ def test_before_after_evaluation_over_several_draws(tmp_path, load_script, tiny_
     assert result["draws"][1] == one["accuracy"]
     with pytest.raises(ValueError, match="eval_draws: expected a positive integer, got 0"):
         train.TrainScriptArguments(task="digit_sort", eval_draws=0)
+
+
+def test_summary_gives_seconds_under_a_minute_and_minutes_above(load_script):
+    from types import SimpleNamespace
+
+    train = load_script("train")
+    args = SimpleNamespace(output_dir="out")
+    assert train.summary_lines(args, {}, "out/train.log", 8.4).splitlines()[0] == "Done in 8 s."
+    assert train.summary_lines(args, {}, "out/train.log", 90.0).splitlines()[0] == "Done in 1.5 min."
