@@ -509,6 +509,28 @@ def test_diffusion_model_without_completion_length_is_refused(tmp_path, tiny_lla
     assert not trainer.is_diffusion  # TRL's "no limit" for an autoregressive model
 
 
+def test_reward_function_without_kwargs_is_told_to_take_them():
+    """A reward function written def f(completions): TRL's keywords are the problem, not a sample."""
+    from stabledrl_trl.stabledrl_trainer import _wrap_reward_func
+
+    def reward_len(completions):
+        return [float(len(c)) for c in completions]
+
+    wrapped = _wrap_reward_func(reward_len)
+    with pytest.raises(RewardFunctionError, match=r"'reward_len' raised TypeError: .*'prompts'") as error:
+        wrapped(prompts=["p"], completions=["ab"], completion_ids=[[5, 6]], trainer_state=None, answer=["1"])
+    message = str(error.value)
+    assert "keywords prompts, completions, completion_ids, trainer_state, answer" in message
+    assert "add **kwargs" in message and "on sample" not in message
+
+    def calls_badly(completions, **kwargs):  # a TypeError inside the function keeps naming the sample
+        return [float(len(c, key=1)) for c in completions]
+
+    with pytest.raises(RewardFunctionError, match="on sample 0") as error:
+        _wrap_reward_func(calls_badly)(prompts=["p"], completions=["ab"])
+    assert "add **kwargs" not in str(error.value)
+
+
 def test_async_reward_function_stays_async_and_its_errors_name_the_sample():
     import asyncio
 
