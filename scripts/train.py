@@ -456,7 +456,8 @@ def _run(script_args, training_args, model_args):
     from stabledrl_trl.safety import check_local_model_path
     from stabledrl_trl.stabledrl_trainer import check_model_folder
 
-    check_local_model_path(model_path, field="model_name_or_path")  # before the tokenizer: a missing folder is not a hub "Repo id" error
+    # before the tokenizer: a missing folder is not a hub "Repo id" error
+    check_local_model_path(model_path, field="model_name_or_path")
     check_model_folder(model_path)
 
     training_args.model_init_kwargs = build_model_init_kwargs(training_args, model_args)
