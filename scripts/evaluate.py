@@ -171,6 +171,11 @@ def load_training_config(path: str | None) -> dict:
     from stabledrl_trl.safety import suggest_fields
     from stabledrl_trl.validation import load_yaml_checked
 
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"training_config={path!r} is not a file ({os.path.abspath(path)}); give the YAML the model was trained "
+            "with (e.g. configs/tiny.yaml), or leave --training_config out to use the sampler defaults."
+        )
     training = load_yaml_checked(path) or {}
     if not isinstance(training, dict):
         raise ValueError(f"training_config: {path!r} does not hold a YAML mapping.")
@@ -242,7 +247,7 @@ def load_model(args: EvaluateArguments):
         raise ValueError(f"dtype={args.dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto.")
     from stabledrl_trl.safety import check_local_model_path, check_safetensors_only
 
-    check_local_model_path(args.model_name_or_path)
+    check_local_model_path(args.model_name_or_path, field="model_name_or_path")
     if not args.allow_pickle_checkpoints:
         check_safetensors_only(args.model_name_or_path, what="model_name_or_path")
     load_kwargs = {} if args.allow_pickle_checkpoints else {"use_safetensors": True}
@@ -259,7 +264,7 @@ def load_model(args: EvaluateArguments):
             raise ValueError(
                 f"{adapter_config} names no base model; pass --base_model_name_or_path <the model it was trained on>."
             )
-        check_local_model_path(base_path)
+        check_local_model_path(base_path, field="base_model_name_or_path")
         if not args.allow_pickle_checkpoints:
             check_safetensors_only(base_path, what="base model")
         base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, **load_kwargs)

@@ -130,7 +130,7 @@ def main(script_args=None, training_args=None, argv=None) -> dict:
         from stabledrl_trl.stabledrl_trainer import check_model_folder
 
         path = script_args.model_name_or_path
-        check_local_model_path(path)
+        check_local_model_path(path, field="model_name_or_path")
         check_model_folder(path)
         load_kwargs = {}
         if not script_args.allow_pickle_checkpoints:  # as training: never unpickle weights unless asked to

@@ -396,7 +396,7 @@ def summary_lines(training_args, results: dict, log_file: str, seconds: float) -
     """The final summary: where the model, the logs and the accuracy file are, and the before/after accuracy."""
     out = training_args.output_dir
     lines = [
-        f"Done in {seconds / 60:.1f} min.",
+        f"Done in {seconds:.0f} s." if seconds < 60 else f"Done in {seconds / 60:.1f} min.",
         f"  model:    {out}  (load it after `import stabledrl_trl`; the model card README.md there shows how)",
         f"  logs:     {log_file}  (everything, every logged metric)",
         f"            {os.path.join(out, 'trainer_state.json')}  (metrics per step; scripts/plot.py draws them)",
@@ -420,6 +420,12 @@ def _run(script_args, training_args, model_args):
 
     check_script_args(script_args)  # before the SFT warm-up, not after it
     check_model_args(model_args)
+    if script_args.tiny_model and model_args.model_name_or_path is not None:
+        raise ValueError(
+            f"model_name_or_path={model_args.model_name_or_path!r} is set together with tiny_model: true, which "
+            "builds its own tiny model and would ignore it. Set tiny_model: false to train that model, or remove "
+            "model_name_or_path to train the embedded tiny model."
+        )
     if script_args.evaluate_before_after:
         eval_sampler_settings(training_args, script_args)  # a bad eval_temperature: training's message, at once
     task = get_task(script_args.task)
@@ -448,7 +454,8 @@ def _run(script_args, training_args, model_args):
     from stabledrl_trl.safety import check_local_model_path
     from stabledrl_trl.stabledrl_trainer import check_model_folder
 
-    check_local_model_path(model_path)  # before the tokenizer: a missing folder is not a hub "Repo id" error
+    # before the tokenizer: a missing folder is not a hub "Repo id" error
+    check_local_model_path(model_path, field="model_name_or_path")
     check_model_folder(model_path)
 
     training_args.model_init_kwargs = build_model_init_kwargs(training_args, model_args)
@@ -480,6 +487,8 @@ def _run(script_args, training_args, model_args):
         )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    # the model card (README.md: how to load and decode); TRL writes it with checkpoints only
+    trainer.create_model_card(model_name=os.path.basename(os.path.normpath(training_args.output_dir)))
     trainer.save_state()  # trainer_state.json with the log history, for scripts/plot.py
     if script_args.evaluate_before_after:
         results["after"] = _evaluate(

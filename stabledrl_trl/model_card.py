@@ -42,7 +42,8 @@ def describe_objective(args) -> tuple[str, str]:
         short = f"TRL's `{loss}` objective (a GRPO-family baseline), with StableDRLTrainer"
         detail = f"Objective: TRL's `{loss}` loss (beta={args.beta:g})"
     detail += (
-        f"; {estimator} ({args.num_mc_samples} Monte-Carlo mask samples), advantages scaled with "
+        f"; {estimator} ({args.num_mc_samples} Monte-Carlo mask sample{'s' if args.num_mc_samples != 1 else ''}), "
+        "advantages scaled with "
         f"scale_rewards='{args.scale_rewards}', num_iterations={args.num_iterations}, "
         f"learning_rate={args.learning_rate:g}."
     )

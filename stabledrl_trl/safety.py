@@ -166,9 +166,9 @@ def check_safetensors_only(path: str, what: str = "model") -> None:
         )
 
 
-def check_local_model_path(name) -> None:
-    """A model name meant as a local path that does not exist: fail at once with the path, instead of retrying the
-    hub with it (about 50 s) and reporting a hub error.
+def check_local_model_path(name, field: str = "model") -> None:
+    """A model name meant as a local path that does not exist: fail at once naming `field`, the path and the folder
+    it resolves to, instead of retrying the hub with it (about 50 s) and reporting a hub error.
 
     Meant as local: absolute, `./`, `../`, `~`, a trailing separator, more than one `/`, or a first component that
     is an existing local folder (`checkpoints/sft` when `checkpoints/` exists).
@@ -183,8 +183,11 @@ def check_local_model_path(name) -> None:
         or ("/" in name and os.path.isdir(first))
     )
     if looks_local:
+        resolved = os.path.abspath(os.path.expanduser(name))
         raise FileNotFoundError(
-            f"model {name!r} looks like a local path but does not exist (and is not a hub id). Check the path."
+            f"{field}={name!r} looks like a local path but does not exist ({resolved}; relative paths are read from "
+            f"the working folder {os.getcwd()}), and it is not a hub id. Give the folder a model was saved to with "
+            "save_pretrained (config.json and *.safetensors), or a hub id such as 'GSAI-ML/LLaDA-8B-Instruct'."
         )
 
 

@@ -135,6 +135,13 @@ def _wrap_reward_func(func):
     name = getattr(func, "__name__", type(func).__name__)
 
     def locate(batch_error, prompts, completions, completion_ids, kwargs, call_one):
+        own = (f"{name}() got an unexpected keyword argument", "__call__() got an unexpected keyword argument")
+        if isinstance(batch_error, TypeError) and any(words in str(batch_error) for words in own):
+            return RewardFunctionError(  # its signature, not a sample: TRL passes more keywords than it takes
+                f"Reward function {name!r} raised TypeError: {batch_error}. TRL calls every reward function with the "
+                f"keywords {', '.join(['prompts', 'completions', 'completion_ids', *kwargs])} (here: TRL's and the "
+                "dataset's columns); add **kwargs to its parameters: def f(completions, **kwargs)."
+            )
         for i in range(len(completions)):  # find the sample: call it one sample at a time
             one = {
                 k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v)

@@ -366,8 +366,12 @@ def test_missing_local_model_path_fails_at_once(tmp_path, name):
 def test_missing_path_under_an_existing_relative_folder_fails_at_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "checkpoints").mkdir()
-    with pytest.raises(FileNotFoundError, match="checkpoints/sft"):
+    with pytest.raises(FileNotFoundError, match="checkpoints/sft") as error:
         make_trainer(tmp_path, model="checkpoints/sft")
+    # names the argument, the folder the relative path resolves to, and what to give instead
+    message = str(error.value)
+    assert message.startswith("model='checkpoints/sft' ")
+    assert str(tmp_path / "checkpoints" / "sft") in message and "save_pretrained" in message
 
 
 # --------------------------------------------------------------------------- DDP
@@ -449,6 +453,8 @@ def test_model_card_of_a_trl_baseline_says_so(tmp_path):
     assert "TRL's `grpo`" in short and "beta=0.04" in detail
     short, _ = describe_objective(make_args(tmp_path, loss_type="dgpo"))
     assert "DGPO" in short
+    for samples, words in ((1, "(1 Monte-Carlo mask sample)"), (2, "(2 Monte-Carlo mask samples)")):
+        assert words in describe_objective(make_args(tmp_path, mc_samples=samples))[1]
 
 
 def test_mask_id_mismatch_between_model_and_tokenizer_names_the_config_field(tmp_path):
@@ -501,6 +507,28 @@ def test_diffusion_model_without_completion_length_is_refused(tmp_path, tiny_lla
         make_trainer(tmp_path, args=make_args(tmp_path, max_completion_length=None))
     trainer = make_trainer(tmp_path, model=tiny_llama, args=make_args(tmp_path, max_completion_length=None))
     assert not trainer.is_diffusion  # TRL's "no limit" for an autoregressive model
+
+
+def test_reward_function_without_kwargs_is_told_to_take_them():
+    """A reward function written def f(completions): TRL's keywords are the problem, not a sample."""
+    from stabledrl_trl.stabledrl_trainer import _wrap_reward_func
+
+    def reward_len(completions):
+        return [float(len(c)) for c in completions]
+
+    wrapped = _wrap_reward_func(reward_len)
+    with pytest.raises(RewardFunctionError, match=r"'reward_len' raised TypeError: .*'prompts'") as error:
+        wrapped(prompts=["p"], completions=["ab"], completion_ids=[[5, 6]], trainer_state=None, answer=["1"])
+    message = str(error.value)
+    assert "keywords prompts, completions, completion_ids, trainer_state, answer" in message
+    assert "add **kwargs" in message and "on sample" not in message
+
+    def calls_badly(completions, **kwargs):  # a TypeError inside the function keeps naming the sample
+        return [float(len(c, key=1)) for c in completions]
+
+    with pytest.raises(RewardFunctionError, match="on sample 0") as error:
+        _wrap_reward_func(calls_badly)(prompts=["p"], completions=["ab"])
+    assert "add **kwargs" not in str(error.value)
 
 
 def test_async_reward_function_stays_async_and_its_errors_name_the_sample():

@@ -219,8 +219,9 @@ def test_pickle_checkpoints_are_refused_unless_allowed(evaluate_script, checkpoi
 
 def test_missing_local_model_path_fails_at_once(evaluate_script, tmp_path):
     (args,) = evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", str(tmp_path / "nope")])
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="does not exist") as error:
         evaluate_script.load_model(args)
+    assert str(error.value).startswith(f"model_name_or_path={str(tmp_path / 'nope')!r} ")
 
 
 def test_unwritable_output_fails_before_evaluating_and_records_survive_a_late_failure(
@@ -257,6 +258,14 @@ def test_misspelt_key_suggests_the_field(evaluate_script, tmp_path):
         evaluate_script.make_parser().parse_args_and_config(["--config", str(bad)])
     with pytest.raises(ValueError, match="did you mean 'num_samples'"):
         evaluate_script.make_parser().parse_args_and_config(["--model_name_or_path", "m", "--num_smaples", "3"])
+
+
+def test_missing_training_config_names_the_flag_before_loading(evaluate_script, tmp_path):
+    missing = tmp_path / "configs" / "tinyy.yaml"
+    argv = ["--model_name_or_path", str(tmp_path / "never-loaded"), "--training_config", str(missing)]
+    with pytest.raises(FileNotFoundError, match=r"training_config='.*tinyy\.yaml' is not a file") as error:
+        evaluate_script.main(argv=argv)  # the model path does not exist either: the config is checked first
+    assert "leave --training_config out" in str(error.value)
 
 
 def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tmp_path):

@@ -33,8 +33,9 @@ def train_argv(tmp_path, *extra):
 def test_train_script_missing_local_model_path_is_file_not_found(tmp_path, load_script):
     train = load_script("train")
     missing = tmp_path / "no" / "such-model"
-    with pytest.raises(FileNotFoundError, match="looks like a local path but does not exist"):
+    with pytest.raises(FileNotFoundError, match="looks like a local path but does not exist") as error:
         train.main(argv=train_argv(tmp_path, "--model_name_or_path", str(missing)))
+    assert str(error.value).startswith(f"model_name_or_path={str(missing)!r} ")  # the field the user set
 
 
 def test_train_script_model_path_that_is_a_file_or_lacks_model_type(tmp_path, load_script, saved_model):

@@ -30,6 +30,7 @@ def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script, capsys):
     out = tmp_path / "out"
     assert [line.split()[1] for line in lines if line.startswith("step ")][-2:] == ["1/2", "2/2"]
     assert max(len(line) for line in lines) < 250 and "{'loss'" not in console
+    assert any(line.startswith("Done in ") and line.endswith(" s.") for line in lines)  # seconds, not "0.0 min"
     for label, path in (
         ("model:", out),
         ("logs:", out / "train.log"),
@@ -37,6 +38,8 @@ def test_tiny_pipeline_runs_and_caches_sft(tmp_path, load_script, capsys):
     ):
         assert any(line.split()[:2] == [label, str(path)] for line in lines), (label, console)
         assert path.exists()
+    card = (out / "README.md").read_text()  # the summary points to it for how to load the model
+    assert "import stabledrl_trl" in card and "stable_drl" in card
     before, after = results["before"]["accuracy"], results["after"]["accuracy"]
     assert f"before RL {before:.4f} -> after RL {after:.4f}" in lines[-1]
     # the full record: every logged dict, as JSON, in the log file
@@ -76,6 +79,20 @@ def test_misspelt_yaml_key_suggests_the_field(tmp_path, load_script):
     config.write_text("use_cpu: true\nbf16: false\nnum_generatons: 4\n")
     with pytest.raises(ValueError, match="did you mean 'num_generations'"):
         train.make_parser().parse_args_and_config(["--config", str(config), "--output_dir", str(tmp_path)])
+
+
+def test_model_path_with_tiny_model_is_refused_before_the_warm_up(tmp_path, load_script):
+    """tiny.yaml plus a model_name_or_path (a newcomer adapting the quick start): an error, not the tiny model."""
+    import pytest
+
+    train = load_script("train")
+    argv = [
+        "--config", os.path.join(ROOT, "configs", "tiny.yaml"), "--model_name_or_path", str(tmp_path / "my-model"),
+        "--sft_cache_dir", str(tmp_path / "cache"), "--output_dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"model_name_or_path='.*my-model' is set together with tiny_model: true"):
+        train.main(argv=argv)
+    assert not (tmp_path / "cache").exists()  # refused before the SFT warm-up
 
 
 def test_resume_from_checkpoint_true_on_the_command_line_means_latest(tmp_path, load_script):
@@ -248,3 +265,12 @@ def test_held_out_evaluation_decodes_with_the_runs_sampler_settings(tmp_path, lo
     with pytest.raises(ValueError) as evaluation:
         train.eval_sampler_settings(args, script_args)
     assert str(evaluation.value) == f"eval_temperature=-0.5: {training.value}"
+
+
+def test_summary_gives_seconds_under_a_minute_and_minutes_above(load_script):
+    from types import SimpleNamespace
+
+    train = load_script("train")
+    args = SimpleNamespace(output_dir="out")
+    assert train.summary_lines(args, {}, "out/train.log", 8.4).splitlines()[0] == "Done in 8 s."
+    assert train.summary_lines(args, {}, "out/train.log", 90.0).splitlines()[0] == "Done in 1.5 min."
