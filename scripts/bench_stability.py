@@ -535,7 +535,29 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
                 blocks[file_names(summary["settings"]["tag"])[2]] = render(summary)
                 if not summary["settings"]["tag"] and headline(summary):
                     blocks["headline"] = headline(summary)
+    coupled = os.path.join(docs_dir, file_names("coupled")[0])
+    if "headline" in blocks and os.path.isfile(coupled):  # the same study on a low-variance estimator, if run
+        blocks["headline"] += low_variance_sentence(results.read_json(coupled))
     return blocks
+
+
+def low_variance_sentence(summary: dict) -> str:
+    """The headline's second sentence: the study's result with a low-variance estimator ("" if incomplete)."""
+    objectives, comparisons = summary["objectives"], summary["comparisons"]
+    if "stable_drl" not in objectives or REFERENCE not in objectives or "stable_drl" not in comparisons:
+        return ""
+    t = comparisons["stable_drl"]["t_test"]
+    if t["p"] >= CLAIM_P:
+        reading = "no significant difference"
+    elif t["mean"] > 0:
+        reading = "StableDRL stays ahead"
+    else:
+        reading = "GRPO is ahead once the ratios are less noisy: StableDRL's gain here is specific to noisy ratios"
+    return (
+        f"With the low-variance {summary['settings']['study']['likelihood_estimator']} estimator (same quantity, "
+        f"less noise) the same study gives StableDRL {objectives['stable_drl']['gain']:+.3f} and GRPO "
+        f"{objectives[REFERENCE]['gain']:+.3f} (paired difference {t['mean']:+.3f}, p = {t['p']:.3f}): {reading}.\n"
+    )
 
 
 # --- command line -------------------------------------------------------------------------------------------------
@@ -698,8 +720,8 @@ def main(argv=None) -> dict:
     print(f"wrote {args.output_dir}/{json_name} and {figure_name} in {summary['seconds']:.0f} s", flush=True)
     if args.write_readme:
         written = {block: render(summary)}
-        if not args.tag and headline(summary):  # the default study also writes the front page's summary
-            written["headline"] = headline(summary)
+        if not args.tag and "headline" in readme_blocks(args.output_dir):  # the default study: the front page too
+            written["headline"] = readme_blocks(args.output_dir)["headline"]
         results.write_readme_blocks(written)
         print(f"rewrote README.md block {block}", flush=True)
     return summary
