@@ -40,6 +40,7 @@ def main(argv=None):
         result = {"rank": rank, "error": str(err)}
     with open(a.out.replace("{rank}", str(rank)), "w") as f:
         json.dump(result, f)
+    dist.barrier()  # every process leaves the process group together (gloo aborts a rank whose peer left first)
     dist.destroy_process_group()
 
 
@@ -66,6 +67,11 @@ def build_trainer(a):
         result = {"rank": rank, "error": str(err)}
     with open(a.out.replace("{rank}", str(rank)), "w") as f:
         json.dump(result, f)
+    import torch  # every process leaves the process group together (gloo aborts a rank whose peer left first)
+
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -80,6 +80,11 @@ def main(argv=None):
         callbacks=[SlowDown()],
     )
     trainer.train(resume_from_checkpoint=a.resume_from_checkpoint)
+    # Every process leaves together: a rank that exits while another still holds the process group can be aborted
+    # by gloo ("terminate called without an active exception") when the peer's sockets close under it.
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -45,8 +46,12 @@ def launch_two_nodes(env: dict, cwds, worker: str, *worker_args: str, attempts: 
             logs.append(log)
             procs.append(subprocess.Popen(cmd, env=env, cwd=str(cwds[node]), stdout=log, stderr=subprocess.STDOUT))
         try:
-            for p in procs:
-                p.wait(timeout=300)
+            # a node that fails leaves the other waiting for it in the rendezvous: stop waiting as soon as one fails
+            deadline = time.monotonic() + 300
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                if any(p.poll() not in (None, 0) for p in procs):
+                    break
+                time.sleep(0.2)
         finally:
             for p in procs:
                 if p.poll() is None:
