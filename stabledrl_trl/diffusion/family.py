@@ -379,9 +379,13 @@ class BlockDiffusionFamily(DiffusionFamily):
             top_p=1.0 if args.top_p is None else args.top_p,
             remasking=args.block_remasking,
             confidence_threshold=args.block_confidence_threshold,
-            generator=generator,
+            **self.sampler_rules(prompt_ids, generator),
         )
         return SamplerOutput(out.completion_ids, out.completion_mask)
+
+    def sampler_rules(self, prompt_ids: Tensor, generator: torch.Generator) -> dict:
+        """The block sampler's family-specific options: SDAR's sampler draws from one generator for the batch."""
+        return {"generator": generator}
 
     def estimate(
         self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
@@ -430,29 +434,11 @@ class LLaDA2Family(BlockDiffusionFamily):
     name = "llada2"
     uses_every_parameter = False
 
-    def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
+    def sampler_rules(self, prompt_ids, generator):
+        # LLaDA2's generate: whole-block canvas, the mask token among the candidates, one generator per row
         seeds = torch.randint(0, 2**62, (prompt_ids.shape[0],), generator=generator, device=generator.device)
         generators = [torch.Generator(device=prompt_ids.device).manual_seed(int(s)) for s in seeds.tolist()]
-        out = block_generate(
-            adapter.model,
-            prompt_ids,
-            prompt_mask,
-            mask_token_id=adapter.mask_token_id,
-            eos_token_ids=tuple(eos_token_ids),
-            pad_token_id=adapter.pad_token_id,
-            block_size=self.block_size(adapter),
-            gen_length=args.max_completion_length,
-            denoising_steps=args.block_denoising_steps,
-            temperature=args.temperature,
-            top_k=args.top_k or 0,
-            top_p=1.0 if args.top_p is None else args.top_p,
-            remasking=args.block_remasking,
-            confidence_threshold=args.block_confidence_threshold,
-            generator=generators,
-            whole_blocks=True,
-            mask_candidate=True,
-        )
-        return SamplerOutput(out.completion_ids, out.completion_mask)
+        return {"generator": generators, "whole_blocks": True, "mask_candidate": True}
 
 
 FAMILIES: dict[str, DiffusionFamily] = {
