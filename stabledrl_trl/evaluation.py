@@ -25,9 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .diffusion.adapter import DiffusionAdapter, as_diffusion_lm
-from .diffusion.dream_sampler import validate_dream_sampler_args
 from .diffusion.family import get_family
-from .diffusion.sampler import validate_sampler_args
 from .diffusion.sampler_settings import SamplerSettings
 
 
@@ -150,18 +148,8 @@ def evaluate_model(
         )
     adapter = model if isinstance(model, DiffusionAdapter) else as_diffusion_lm(model, tokenizer)
     family = get_family(adapter.family)
-    family.check(settings, adapter.model)  # what the model decides: the sampler "auto" picks, the block size
-    s = settings
-    if family.sampler_name(s) == "dream":
-        validate_dream_sampler_args(
-            s.max_completion_length, s.diffusion_steps, s.dream_alg, s.dream_alg_temp, s.dream_eps, s.temperature,
-            s.top_p, s.top_k if s.top_k else None,
-        )  # fmt: skip
-    elif family.sampler_name(s) == "llada":  # families with their own sampler validate in `generate`
-        validate_sampler_args(
-            s.max_completion_length, s.block_length, s.diffusion_steps, s.temperature, s.remasking, s.cfg_scale,
-            adapter.mask_token_id,
-        )  # fmt: skip
+    # what the model decides (the sampler "auto" picks, the block size), then the chosen sampler's own arguments
+    family.check_rollout_settings(settings, adapter)
     rows = [dict(row) for row in dataset]
     if not rows:
         raise ValueError("dataset is empty; pass at least one row to evaluate.")

@@ -147,13 +147,19 @@ def shape_from_config_json(config: dict, source: str = "") -> ModelShape:
             config["mlp_hidden_size"], config.get("embedding_size") or config["vocab_size"],
             tied_embeddings=bool(config.get("weight_tying", False)), source=source,
         )  # fmt: skip
+    from types import SimpleNamespace
+
+    from .diffusion.family import detect_family_from_config, get_family
+
     model_type = str(config.get("model_type", ""))
+    family = detect_family_from_config(SimpleNamespace(**config))
     return ModelShape(
         hidden=config["hidden_size"], n_layers=config["num_hidden_layers"], n_heads=config["num_attention_heads"],
         n_kv_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
         intermediate=config["intermediate_size"], vocab=config["vocab_size"], head_dim=config.get("head_dim"),
         tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        qk_norm=model_type in ("sdar", "qwen3", "llada2_moe"), block_diffusion=model_type in ("sdar", "llada2_moe"),
+        qk_norm=model_type in ("sdar", "qwen3", "llada2_moe"),
+        block_diffusion=family is not None and get_family(family).block_causal,
         n_experts=config.get("num_experts") or 0, active_experts=config.get("num_experts_per_tok") or 0,
         shared_experts=config.get("num_shared_experts") or 0, moe_intermediate=config.get("moe_intermediate_size") or 0,
         dense_layers=config.get("first_k_dense_replace") or 0, source=source,

@@ -50,48 +50,6 @@ def describe_objective(args) -> tuple[str, str]:
     return short, detail
 
 
-def generation_code(trainer) -> tuple[str, str]:
-    """(import line, call) decoding one prompt greedily with the sampler this model's rollouts used."""
-    args = SamplerSettings.from_config(trainer.args)  # the settings the rollouts decoded with
-    family = trainer._family_impl
-    sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else "block"
-    common = "    mask_token_id=lm.mask_token_id,\n    eos_token_ids=lm.eos_token_ids,\n"
-    if sampler == "dream":
-        imp = "from stabledrl_trl.diffusion.dream_sampler import generate"
-        body = (
-            f"    gen_length={args.max_completion_length},\n    steps={args.diffusion_steps},\n"
-            f"    alg={args.dream_alg!r},\n    alg_temp={args.dream_alg_temp!r},\n    eps={args.dream_eps!r},\n"
-            "    temperature=0.0,\n"
-        )
-        call = (
-            'out = generate(\n    lm,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n' + common + body + ")"
-        )
-    elif sampler == "block":
-        imp = "import torch\n\nfrom stabledrl_trl.diffusion.block_sampler import block_generate"
-        body = (
-            "    pad_token_id=lm.pad_token_id,\n    block_size=model.config.block_size,\n"
-            f"    gen_length={args.max_completion_length},\n    denoising_steps={args.block_denoising_steps!r},\n"
-            f"    temperature={args.temperature!r},\n    remasking={args.block_remasking!r},\n"
-            "    generator=torch.Generator().manual_seed(0),\n"
-        )
-        call = (
-            'out = block_generate(\n    model,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n'
-            + common
-            + body
-            + ")"
-        )
-    else:
-        imp = "from stabledrl_trl.diffusion.sampler import generate"
-        body = (
-            f"    gen_length={args.max_completion_length},\n    block_length={args.block_length},\n"
-            f"    steps={args.diffusion_steps},\n    temperature=0.0,\n    remasking={args.remasking!r},\n"
-        )
-        call = (
-            'out = generate(\n    lm,\n    inputs["input_ids"],\n    inputs["attention_mask"],\n' + common + body + ")"
-        )
-    return imp, call
-
-
 def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> ModelCard:
     from trl.trainer.utils import get_config_model_id
 
@@ -108,26 +66,13 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> 
     tags.update(trainer._tag_names)
     short, detail = describe_objective(args)
     sampler = SamplerSettings.from_config(args)
-    generate_import, generate_call = generation_code(trainer) if trainer.is_diffusion else ("", "")
-    if not trainer.is_diffusion:
+    if trainer.is_diffusion:
+        snippet = trainer._family_impl.card_snippet(sampler)  # the family's sampler, as its rollouts decoded
+        generate_import, generate_call, rollouts = snippet
+    else:
+        generate_import, generate_call = "", ""
         detail = detail.split("; sequence likelihoods")[0] + "; exact autoregressive log-probabilities."
         rollouts = "TRL's autoregressive generation."
-    elif "block_generate" in generate_call:
-        rollouts = (
-            f"block-diffusion sampler, up to {sampler.max_completion_length} tokens, block_remasking "
-            f"'{sampler.block_remasking}', temperature {sampler.temperature:g}."
-        )
-    elif "alg=" in generate_call:
-        rollouts = (
-            f"Dream's sampler, {sampler.max_completion_length} positions, {sampler.diffusion_steps} steps, alg "
-            f"'{sampler.dream_alg}', temperature {sampler.temperature:g}."
-        )
-    else:
-        rollouts = (
-            f"LLaDA's masked-diffusion sampler, {sampler.max_completion_length} positions in blocks of "
-            f"{sampler.block_length}, {sampler.diffusion_steps} steps, temperature {sampler.temperature:g}, remasking "
-            f"'{sampler.remasking}'."
-        )
     card_data = ModelCardData(
         base_model=base_model,
         datasets=dataset_name,

@@ -285,8 +285,7 @@ class MaskedDiffusionSFTTrainer(Trainer):
             model=model, args=args, train_dataset=train_dataset, processing_class=processing_class, **kwargs
         )
         self._mask_generator: torch.Generator | None = None
-        from .diffusion.adapter import detect_family
-        from .diffusion.family import get_family
+        from .diffusion.family import detect_family, get_family
 
         family = detect_family(model)
         self._family = None if family is None else get_family(family)

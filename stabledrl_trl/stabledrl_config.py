@@ -644,12 +644,12 @@ class StableDRLConfig(GRPOConfig):
         """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
         ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
         from .diffusion.dream_sampler import validate_dream_sampler_args
-        from .diffusion.family import check_sampler_settings
+        from .diffusion.family import SAMPLERS, check_sampler_settings
 
-        if self.diffusion_sampler not in ("auto", "llada", "dream"):
+        if self.diffusion_sampler != "auto" and self.diffusion_sampler not in SAMPLERS:
             raise ValueError(
-                f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler), "
-                "'llada' or 'dream'."
+                f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler) or one "
+                f"of {' / '.join(repr(name) for name in SAMPLERS)}."
             )
         if self.diffusion is False or self.max_completion_length is None:
             return  # an autoregressive model reads none of the diffusion samplers' settings
@@ -663,7 +663,7 @@ class StableDRLConfig(GRPOConfig):
             top_p=self.top_p,
             top_k=self.top_k if self.top_k else None,
         )
-        if self.diffusion_sampler in ("llada", "dream"):
+        if self.diffusion_sampler in SAMPLERS:
             check_sampler_settings(self, self.diffusion_sampler)
 
 

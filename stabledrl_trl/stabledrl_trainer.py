@@ -32,9 +32,9 @@ from trl.trainer.utils import (
 )
 
 from . import multinode, safety
-from .diffusion.adapter import as_diffusion_lm, detect_family, unwrap_model
+from .diffusion.adapter import as_diffusion_lm, unwrap_model
 from .diffusion.estimators import estimator_standard_error
-from .diffusion.family import get_family
+from .diffusion.family import detect_family, detect_family_from_config, family_labels, get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
     SEQUENCE_INPUT,
@@ -246,10 +246,7 @@ def _is_diffusion_before_loading(model, args: StableDRLConfig) -> bool | None:
         config = AutoConfig.from_pretrained(model, trust_remote_code=args.trust_remote_code)
     except Exception:  # TRL's own loading reports the problem
         return None
-    if str(getattr(config, "model_type", "")).lower() in ("llada", "dream", "sdar"):
-        return True
-    architectures = getattr(config, "architectures", None) or []
-    return bool(architectures) and architectures[0].endswith("ForMaskedLM") and not config.is_encoder_decoder
+    return detect_family_from_config(config) is not None
 
 
 def _ensure_generation_config(model) -> None:
@@ -472,7 +469,7 @@ class StableDRLTrainer(GRPOTrainer):
             model_type = getattr(getattr(unwrapped, "config", None), "model_type", None)
             raise ValueError(
                 f"diffusion=True, but {type(unwrapped).__name__} (model_type={model_type!r}) is not a masked diffusion "
-                "LM this package can sample from (LLaDA, Dream, SDAR / TraDo, or a transformers masked LM). Remove "
+                f"LM this package can sample from ({family_labels()}). Remove "
                 "diffusion (None detects it) or set diffusion=False to train it autoregressively."
             )
         _check_vocabulary(unwrapped, self.processing_class)

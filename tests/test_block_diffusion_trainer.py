@@ -8,7 +8,7 @@ from datasets import Dataset
 
 from stabledrl_trl import StableDRLConfig, StableDRLTrainer
 from stabledrl_trl.diffusion import family as family_module
-from stabledrl_trl.diffusion.adapter import detect_family
+from stabledrl_trl.diffusion.family import detect_family
 from stabledrl_trl.stabledrl_config import TRL_LOSS_TYPES
 from stabledrl_trl.stabledrl_trainer import expert_load_entropy
 from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada2_config_dict, tiny_sdar_config_dict

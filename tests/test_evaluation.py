@@ -262,11 +262,11 @@ def test_each_family_is_evaluated_with_its_training_sampler(tiny_tokenizer, tiny
     calls = []
     for name, sampler in dict(family_module.SAMPLERS).items():
 
-        def spy(*args, _name=name, _sampler=sampler):
+        def spy(*args, _name=name, _run=sampler.run):
             calls.append(_name)
-            return _sampler(*args)
+            return _run(*args)
 
-        monkeypatch.setitem(family_module.SAMPLERS, name, spy)
+        monkeypatch.setitem(family_module.SAMPLERS, name, sampler._replace(run=spy))
     rows = _rows(["4131", "0000"])
     dream = _tiny_dream()
     result = _tiny_eval(dream, tiny_tokenizer, rows, temperature=0.0, dream_alg="maskgit_plus", batch_size=2)

@@ -420,13 +420,22 @@ def make_sdar():
         return SDARForCausalLM(SDARConfig(**tiny_sdar_config_dict()))
 
 
-@pytest.mark.parametrize("family", ["llada", "dream", "sdar"])
+def make_llada2():
+    from stabledrl_trl.models.llada2 import LLaDA2MoeConfig, LLaDA2MoeModelLM
+    from stabledrl_trl.tiny import tiny_llada2_config_dict
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return LLaDA2MoeModelLM(LLaDA2MoeConfig(**tiny_llada2_config_dict()))
+
+
+@pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2"])
 def test_model_card_names_stabledrl_cites_the_paper_and_its_quick_start_runs(tmp_path, family):
     import re
     import subprocess
     import sys
 
-    model = {"llada": make_llada, "dream": make_dream, "sdar": make_sdar}[family]()
+    model = {"llada": make_llada, "dream": make_dream, "sdar": make_sdar, "llada2": make_llada2}[family]()
     args = make_args(tmp_path, max_steps=1, save_strategy="steps", save_steps=1)
     trainer = make_trainer(tmp_path, model=model, args=args)
     assert trainer._family == family
@@ -444,6 +453,8 @@ def test_model_card_names_stabledrl_cites_the_paper_and_its_quick_start_runs(tmp
     env.update(PYTHONPATH=root, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the card decodes with the family's own rules (LLaDA2: whole blocks, the mask token among the candidates)
+    assert ("whole_blocks=True" in code and "mask_candidate=True" in code) == (family == "llada2")
 
 
 def test_model_card_of_a_trl_baseline_says_so(tmp_path):

@@ -753,11 +753,11 @@ def test_dream_trains_with_dreams_own_sampler(tmp_path, monkeypatch):
     dream_sampler = family_module.SAMPLERS["dream"]
 
     def spy(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator):
-        out = dream_sampler(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
+        out = dream_sampler.run(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
         seen.append((args.dream_alg, out.completion_ids.shape))
         return out
 
-    monkeypatch.setitem(family_module.SAMPLERS, "dream", spy)
+    monkeypatch.setitem(family_module.SAMPLERS, "dream", dream_sampler._replace(run=spy))
     monkeypatch.setitem(family_module.SAMPLERS, "llada", None)  # would raise if LLaDA's sampler were picked
     model = make_dream()
     trainer = StableDRLTrainer(

@@ -1,14 +1,13 @@
 """One calling convention for every masked diffusion LM: `adapter(input_ids, attention_mask) -> aligned logits`.
 
 The sampler, the likelihood estimators and the trainer only ever call a `DiffusionAdapter`. It hides what differs
-between model families:
-- "llada": LLaDA (stabledrl_trl.models.llada), logits[:, i] predicts token i;
-- "dream": Dream / DiffuCoder (stabledrl_trl.models.dream), trained from an autoregressive model, so output i-1
-  holds the prediction for token i; the adapter shifts it back (see `DiffusionAdapter.__call__`);
-- "masked_lm": any transformers masked LM (BERT, RoBERTa, ModernBERT, ...), logits[:, i] predicts token i;
-- "sdar" / "llada2": block diffusion (SDAR, TraDo: stabledrl_trl.models.sdar; LLaDA2 MoE: models.llada2),
-  block-causal attention, logits[:, i] predicts token i. Their sampler and estimator call the model directly (KV
-  cache, 4-D masks); the adapter's plain call gives the block-causal logits.
+between model families, reading each fact from the model's family (`diffusion/family.py`, which also detects it):
+- logit alignment: logits[:, i] predicts token i, except for families with `shifted_logits` (Dream / DiffuCoder,
+  trained from an autoregressive model: output i-1 holds the prediction for token i), which the adapter shifts back
+  (see `DiffusionAdapter.__call__`);
+- LLaDA's approximate canvas cache, for families with `supports_canvas_cache`;
+- block diffusion (SDAR, TraDo, LLaDA2): their sampler and estimator call the model directly (KV cache, 4-D masks);
+  the adapter's plain call gives the block-causal logits.
 Padding is never attended: a 2D attention mask goes to the model (which hides padded keys only), together with
 position ids that count real tokens only, so a left-padded row gets exactly the logits of the row alone, even for
 absolute position embeddings. The special ids (mask, EOS / end-of-turn, pad) come from the model config or the
@@ -26,7 +25,6 @@ from torch import nn
 
 from stabledrl_trl.models.bidirectional import padding_position_ids
 
-FAMILIES = ("llada", "dream", "masked_lm", "sdar", "llada2")
 # Tokens that end a completion besides EOS: chat end-of-turn tokens of common templates, and DiffuCoder's
 # `<|dlm_pad|>` (DiffuCoder cuts its output at the first one). A completion ends at them as at EOS.
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|dlm_pad|>")
@@ -44,41 +42,6 @@ def unwrap_model(model: nn.Module) -> nn.Module:
         else:
             return model
     return model
-
-
-def detect_family(model: nn.Module) -> str | None:
-    """'llada', 'dream', 'sdar', 'llada2' or 'masked_lm' from the (unwrapped) model's config and class; else None.
-
-    None covers autoregressive LMs (e.g. LlamaForCausalLM, Qwen2ForCausalLM) and models without an LM head.
-    """
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
-
-    inner = unwrap_model(model)
-    config = getattr(inner, "config", None)
-    if config is None:
-        return None
-    model_type = getattr(config, "model_type", "")
-    if model_type == "llada":
-        return "llada"
-    if model_type.lower() == "dream":
-        return "dream"
-    if model_type == "sdar":
-        return "sdar"
-    if model_type == "llada2_moe":
-        return "llada2"
-    if getattr(config, "is_encoder_decoder", False):
-        return None  # e.g. BART sits in the masked-LM mapping but decodes causally
-    try:
-        masked_lm_class = MODEL_FOR_MASKED_LM_MAPPING[type(config)]
-    except (KeyError, ValueError):
-        return None
-    classes = masked_lm_class if isinstance(masked_lm_class, tuple) else (masked_lm_class,)
-    return "masked_lm" if isinstance(inner, classes) else None
-
-
-def is_diffusion_model(model: nn.Module) -> bool:
-    """True for LLaDA, Dream, SDAR and transformers masked LMs (see `detect_family`)."""
-    return detect_family(model) is not None
 
 
 def _as_id_list(value) -> list[int]:
@@ -123,8 +86,9 @@ class DiffusionAdapter:
     """
 
     def __init__(self, model: nn.Module, family: str, mask_token_id: int, eos_token_ids, pad_token_id: int):
-        if family not in FAMILIES:
-            raise ValueError(f"family={family!r} is not one of {FAMILIES}.")
+        from .family import get_family  # the family module builds on this one
+
+        self._spec = get_family(family)  # raises for an unknown name, listing the registered ones
         eos_token_ids = tuple(dict.fromkeys(int(t) for t in eos_token_ids))
         if not eos_token_ids:
             raise ValueError(
@@ -155,8 +119,9 @@ class DiffusionAdapter:
 
     @property
     def supports_canvas_cache(self) -> bool:
-        """True for LLaDA: its forward accepts the approximate `CanvasCache` (Fast-dLLM-style prefix / dual cache)."""
-        return self.family == "llada"
+        """Whether the model's forward accepts the approximate `CanvasCache` (LLaDA: Fast-dLLM-style prefix / dual
+        cache); the family says."""
+        return self._spec.supports_canvas_cache
 
     def __call__(
         self,
@@ -205,8 +170,8 @@ class DiffusionAdapter:
                 index = torch.arange(n - logits_to_keep, n, device=input_ids.device)
             else:
                 index = logits_to_keep.to(device=input_ids.device, dtype=torch.long).reshape(-1)  # (K,)
-        if self.family == "dream":
-            logits = self._dream_logits(input_ids, attention_mask, index, kwargs)
+        if self._spec.shifted_logits:
+            logits = self._shifted_logits(input_ids, attention_mask, index, kwargs)
         elif index is not None and self._model_keeps_logits:
             out = self.model(input_ids=input_ids, logits_to_keep=index, **kwargs)
             logits = out.logits if hasattr(out, "logits") else out[0]  # (B, K, V)
@@ -222,8 +187,8 @@ class DiffusionAdapter:
         """Whether the model's forward takes transformers' `logits_to_keep` (LLaDA, Dream; not BERT-style LMs)."""
         return "logits_to_keep" in inspect.signature(unwrap_model(self.model).forward).parameters
 
-    def _dream_logits(self, input_ids, attention_mask, index, kwargs):
-        """Dream: output i-1 predicts token i (a row's first real token keeps its own output)."""
+    def _shifted_logits(self, input_ids, attention_mask, index, kwargs):
+        """Output i-1 predicts token i (Dream; a row's first real token keeps its own output)."""
         if index is None or not self._model_keeps_logits:
             out = self.model(input_ids=input_ids, **kwargs)
             logits = realign_shifted_logits(out.logits if hasattr(out, "logits") else out[0], attention_mask)
@@ -260,7 +225,7 @@ def as_diffusion_lm(
 ) -> DiffusionAdapter:
     """Wrap `model` (LLaDA, Dream, a masked LM; possibly inside DDP / FSDP / PEFT) in a `DiffusionAdapter`.
 
-    family: detected from the config when None (see `detect_family`).
+    family: a registered family's name; detected from the model when None (`family.detect_family`).
     mask_token_id: the argument, else the model config's `mask_token_id`, else the tokenizer's mask token.
     eos_token_ids: the argument, else the config's (and generation config's) eos ids plus the tokenizer's EOS and
         end-of-turn tokens ("<|eot_id|>", "<|im_end|>", DiffuCoder's "<|dlm_pad|>") when it has them.
@@ -270,16 +235,17 @@ def as_diffusion_lm(
         model = model.model
     inner = unwrap_model(model)
     config = getattr(inner, "config", None)
+    from .family import FAMILIES, detect_family, family_labels, get_family  # the family module builds on this one
+
     if family is None:
         family = detect_family(model)
         if family is None:
             model_type = getattr(config, "model_type", None)
             raise ValueError(
-                f"{type(inner).__name__} (model_type={model_type!r}) is not a masked diffusion LM (LLaDA, Dream, SDAR "
-                f"or a masked LM). Load a diffusion model, or pass family= one of {FAMILIES} if it is one."
+                f"{type(inner).__name__} (model_type={model_type!r}) is not a masked diffusion LM ({family_labels()})."
+                f" Load a diffusion model, or pass family= one of {sorted(FAMILIES)} if it is one."
             )
-    elif family not in FAMILIES:
-        raise ValueError(f"family={family!r} is not one of {FAMILIES}.")
+    get_family(family)  # raises for an unknown name
 
     if mask_token_id is None:
         config_mask = getattr(config, "mask_token_id", None)

@@ -25,11 +25,20 @@ Autoregressive models have no family: the trainer keeps TRL's generation and exa
 `StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
 sampler of `SAMPLERS`; `check` rejects settings that sampler would ignore.
 
-Adding a family: subclass `DiffusionFamily`, implement `generate` and `estimate` (and `estimator_passes` if its
-cost differs), register an instance in `FAMILIES` under the name `diffusion.adapter.detect_family` returns.
+A family owns every fact the package needs about its models: which configs it decodes (`model_types`, `matches`;
+`detect_family` asks every registered family), how its logits align (`shifted_logits`), what SFT trains on
+(`training_logits`), whether LLaDA's canvas cache applies (`supports_canvas_cache`), its rollout sampler and the
+settings that sampler reads (`default_sampler`, `check`, `check_rollout_settings`), its likelihood estimator
+(`estimate`), the decoding snippet of the model card (`card_snippet`) and what DDP needs (`uses_every_parameter`).
+
+Adding a family is one module and one registration: subclass `DiffusionFamily` (or a family above), set `name`,
+`model_types` and the facts that differ, implement `generate` / `estimate` if the inherited ones do not fit, and call
+`register_family(MyFamily())` when the module is imported. Nothing else in the package names a family.
 """
 
 from __future__ import annotations
+
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -38,8 +47,9 @@ from .adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
 from .block_estimators import StaircaseLogits, staircase_estimate
 from .block_sampler import block_generate
 from .dream_sampler import generate as dream_generate
+from .dream_sampler import validate_dream_sampler_args
 from .estimators import LikelihoodEstimate, default_num_samples, estimate_likelihood, estimator_cost
-from .sampler import SamplerOutput
+from .sampler import SamplerOutput, validate_sampler_args
 from .sampler import generate as llada_generate
 
 
@@ -94,8 +104,89 @@ def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
     )
 
 
-# Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects.
-SAMPLERS = {"llada": _llada_rollouts, "dream": _dream_rollouts}
+def _llada_check(settings, adapter) -> None:
+    """LLaDA's sampler arguments under `settings` (the layout, remasking, guidance and the model's mask id)."""
+    s = settings
+    validate_sampler_args(
+        s.max_completion_length, s.block_length, s.diffusion_steps, s.temperature, s.remasking, s.cfg_scale,
+        adapter.mask_token_id,
+    )  # fmt: skip
+
+
+def _dream_check(settings, adapter) -> None:
+    """Dream's sampler arguments under `settings`."""
+    s = settings
+    validate_dream_sampler_args(
+        s.max_completion_length, s.diffusion_steps, s.dream_alg, s.dream_alg_temp, s.dream_eps, s.temperature,
+        s.top_p, s.top_k if s.top_k else None,
+    )  # fmt: skip
+
+
+class CardSnippet(NamedTuple):
+    """How a model card tells its reader to decode: the import line(s), the call on `lm` (the model wrapped by
+    `as_diffusion_lm`) or `model`, with `inputs` the tokenised prompt, and one sentence on the rollouts."""
+
+    imports: str
+    call: str
+    rollouts: str
+
+
+_COMMON_CARD_ARGS = "    mask_token_id=lm.mask_token_id,\n    eos_token_ids=lm.eos_token_ids,\n"
+
+
+def _card_call(function: str, model: str, body: str) -> str:
+    return (
+        f'out = {function}(\n    {model},\n    inputs["input_ids"],\n    inputs["attention_mask"],\n'
+        + _COMMON_CARD_ARGS
+        + body
+        + ")"
+    )
+
+
+def _llada_card(settings) -> CardSnippet:
+    s = settings
+    body = (
+        f"    gen_length={s.max_completion_length},\n    block_length={s.block_length},\n"
+        f"    steps={s.diffusion_steps},\n    temperature=0.0,\n    remasking={s.remasking!r},\n"
+    )
+    return CardSnippet(
+        "from stabledrl_trl.diffusion.sampler import generate",
+        _card_call("generate", "lm", body),
+        f"LLaDA's masked-diffusion sampler, {s.max_completion_length} positions in blocks of {s.block_length}, "
+        f"{s.diffusion_steps} steps, temperature {s.temperature:g}, remasking '{s.remasking}'.",
+    )
+
+
+def _dream_card(settings) -> CardSnippet:
+    s = settings
+    body = (
+        f"    gen_length={s.max_completion_length},\n    steps={s.diffusion_steps},\n"
+        f"    alg={s.dream_alg!r},\n    alg_temp={s.dream_alg_temp!r},\n    eps={s.dream_eps!r},\n"
+        "    temperature=0.0,\n"
+    )
+    return CardSnippet(
+        "from stabledrl_trl.diffusion.dream_sampler import generate",
+        _card_call("generate", "lm", body),
+        f"Dream's sampler, {s.max_completion_length} positions, {s.diffusion_steps} steps, alg '{s.dream_alg}', "
+        f"temperature {s.temperature:g}.",
+    )
+
+
+class RolloutSampler(NamedTuple):
+    """A rollout sampler several families can use: `run(adapter, prompt_ids, prompt_mask, settings, eos_token_ids,
+    generator)` decodes, `check(settings, adapter)` validates its arguments, `card(settings)` is its model-card
+    snippet. `settings` is a `StableDRLConfig` or a `SamplerSettings` (same field names)."""
+
+    run: Callable[..., SamplerOutput]
+    check: Callable[..., None]
+    card: Callable[..., CardSnippet]
+
+
+# Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects ("auto" = the family's own).
+SAMPLERS: dict[str, RolloutSampler] = {
+    "llada": RolloutSampler(_llada_rollouts, _llada_check, _llada_card),
+    "dream": RolloutSampler(_dream_rollouts, _dream_check, _dream_card),
+}
 
 
 def _config_defaults(*names: str) -> dict:
@@ -152,12 +243,44 @@ class DiffusionFamily:
     """Interface of a model family; see the module docstring."""
 
     name: str = "base"
+    # How messages name the models of the family.
+    label: str = "diffusion LM"
+    # config.model_type values (compared lower-cased) of the models this family decodes; see `matches_config`.
+    model_types: tuple[str, ...] = ()
+    # Tried only when no other family matches (e.g. any transformers masked LM).
+    fallback: bool = False
     # The family's own rollout sampler (a key of SAMPLERS), used when args.diffusion_sampler is "auto".
     default_sampler: str | None = None
     # Every parameter takes part in every forward pass (so DDP needs no unused-parameter search each step).
     uses_every_parameter: bool = False
     # Output i-1 holds the prediction for token i (Dream: trained from an autoregressive LM).
     shifted_logits: bool = False
+    # The model's forward accepts LLaDA's approximate `CanvasCache` (Fast-dLLM-style prefix / dual cache).
+    supports_canvas_cache: bool = False
+    # Block-causal attention (block diffusion): the memory planner sizes its rollout KV cache.
+    block_causal: bool = False
+
+    def matches_config(self, config) -> bool:
+        """Whether a model with this transformers config (or a loaded config.json) belongs to the family."""
+        return str(getattr(config, "model_type", "") or "").lower() in self.model_types
+
+    def matches(self, model) -> bool:
+        """Whether the (unwrapped) model belongs to the family; by default its config decides."""
+        config = getattr(model, "config", None)
+        return config is not None and self.matches_config(config)
+
+    def card_snippet(self, settings) -> CardSnippet:
+        """The model card's decoding code and rollout sentence for the sampler `settings` select."""
+        if self.default_sampler is None:
+            raise NotImplementedError
+        return SAMPLERS[self.sampler_name(settings)].card(settings)
+
+    def check_rollout_settings(self, settings, adapter: DiffusionAdapter) -> None:
+        """`check`, then the chosen sampler's own argument checks with the model's special ids (evaluation calls it
+        with a `SamplerSettings`; training's config has passed the same checks at construction)."""
+        self.check(settings, adapter.model)
+        if self.default_sampler is not None:
+            SAMPLERS[self.sampler_name(settings)].check(settings, adapter)
 
     def sampler_name(self, args) -> str:
         """The rollout sampler under `args`: `args.diffusion_sampler`, or the family's own for "auto"."""
@@ -176,7 +299,7 @@ class DiffusionFamily:
                     f"models do not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
                 )
             cache = getattr(args, "rollout_cache", "none")
-            if cache != "none" and self.name != "llada":
+            if cache != "none" and not self.supports_canvas_cache:
                 raise ValueError(
                     f"rollout_cache={cache!r} needs LLaDA (the model with the canvas cache path); this model is "
                     f"family {self.name!r}. Set rollout_cache='none'."
@@ -216,7 +339,7 @@ class DiffusionFamily:
         if self.default_sampler is None:
             raise NotImplementedError
         sampler = SAMPLERS[self.sampler_name(args)]
-        return sampler(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
+        return sampler.run(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
 
     def estimate(
         self,
@@ -268,8 +391,11 @@ class MaskedDiffusionFamily(DiffusionFamily):
     """Full-attention masked diffusion LMs (LLaDA, masked LMs): LLaDA's sampler, canvas-based estimators."""
 
     name = "llada"
+    label = "LLaDA"
+    model_types = ("llada",)
     uses_every_parameter = True
     default_sampler = "llada"
+    supports_canvas_cache = True
 
     def estimate(
         self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
@@ -313,15 +439,43 @@ class DreamFamily(MaskedDiffusionFamily):
     own sampler by default (`diffusion_sampler="llada"` selects LLaDA's), likelihoods the full-attention estimators."""
 
     name = "dream"
+    label = "Dream / DiffuCoder"
+    model_types = ("dream",)
     default_sampler = "dream"
     shifted_logits = True
+    supports_canvas_cache = False
 
 
 class MaskedLMFamily(MaskedDiffusionFamily):
     """Any transformers masked LM with a mask token (BERT, RoBERTa, ModernBERT)."""
 
     name = "masked_lm"
+    label = "a transformers masked LM"
     uses_every_parameter = False  # not established for every transformers masked-LM architecture
+    supports_canvas_cache = False
+    fallback = True
+
+    def matches(self, model) -> bool:
+        """Any model of transformers' masked-LM mapping (BertForMaskedLM, ...), but not an encoder-decoder (BART sits
+        in the mapping but decodes causally)."""
+        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+
+        config = getattr(model, "config", None)
+        if config is None or getattr(config, "is_encoder_decoder", False):
+            return False
+        try:
+            masked_lm_class = MODEL_FOR_MASKED_LM_MAPPING[type(config)]
+        except (KeyError, ValueError):
+            return False
+        classes = masked_lm_class if isinstance(masked_lm_class, tuple) else (masked_lm_class,)
+        return isinstance(model, classes)
+
+    def matches_config(self, config) -> bool:
+        """A config.json whose first architecture is a `...ForMaskedLM` and not an encoder-decoder."""
+        architectures = getattr(config, "architectures", None) or []
+        return bool(architectures) and str(architectures[0]).endswith("ForMaskedLM") and not getattr(
+            config, "is_encoder_decoder", False
+        )
 
 
 class BlockDiffusionFamily(DiffusionFamily):
@@ -335,6 +489,9 @@ class BlockDiffusionFamily(DiffusionFamily):
     """
 
     name = "sdar"
+    label = "SDAR / TraDo"
+    model_types = ("sdar",)
+    block_causal = True
 
     @staticmethod
     def block_size(adapter_or_model) -> int:
@@ -387,6 +544,27 @@ class BlockDiffusionFamily(DiffusionFamily):
         """The block sampler's family-specific options: SDAR's sampler draws from one generator for the batch."""
         return {"generator": generator}
 
+    # The `sampler_rules` a model card's greedy call states (the generator is the card's own).
+    card_rules: str = ""
+
+    def check_rollout_settings(self, settings, adapter):
+        self.check(settings, adapter.model)  # block_generate checks its own arguments when called
+
+    def card_snippet(self, settings) -> CardSnippet:
+        s = settings
+        body = (
+            "    pad_token_id=lm.pad_token_id,\n    block_size=model.config.block_size,\n"
+            f"    gen_length={s.max_completion_length},\n    denoising_steps={s.block_denoising_steps!r},\n"
+            f"    temperature={s.temperature!r},\n    remasking={s.block_remasking!r},\n"
+            "    generator=torch.Generator().manual_seed(0),\n" + self.card_rules
+        )
+        return CardSnippet(
+            "import torch\n\nfrom stabledrl_trl.diffusion.block_sampler import block_generate",
+            _card_call("block_generate", "model", body),
+            f"{self.label} block-diffusion sampler, up to {s.max_completion_length} tokens, block_remasking "
+            f"'{s.block_remasking}', temperature {s.temperature:g}.",
+        )
+
     def estimate(
         self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
     ):
@@ -432,7 +610,10 @@ class LLaDA2Family(BlockDiffusionFamily):
     """
 
     name = "llada2"
+    label = "LLaDA2"
+    model_types = ("llada2_moe",)
     uses_every_parameter = False
+    card_rules = "    whole_blocks=True,\n    mask_candidate=True,\n"
 
     def sampler_rules(self, prompt_ids, generator):
         # LLaDA2's generate: whole-block canvas, the mask token among the candidates, one generator per row
@@ -441,17 +622,76 @@ class LLaDA2Family(BlockDiffusionFamily):
         return {"generator": generators, "whole_blocks": True, "mask_candidate": True}
 
 
-FAMILIES: dict[str, DiffusionFamily] = {
-    "llada": MaskedDiffusionFamily(),
-    "dream": DreamFamily(),
-    "masked_lm": MaskedLMFamily(),
-    "sdar": BlockDiffusionFamily(),
-    "llada2": LLaDA2Family(),
-}
+# ----------------------------------------------------------------------------------------------- the registry
+
+# Every family the package knows, by name; `register_family` adds one.
+FAMILIES: dict[str, DiffusionFamily] = {}
+
+
+def register_family(family: DiffusionFamily, *, replace: bool = False) -> DiffusionFamily:
+    """Make `family` known to detection, the trainer, evaluation, SFT and the model card; returns it.
+
+    A family module calls this once when imported. `replace=True` swaps a family registered under the same name.
+    """
+    if not isinstance(family, DiffusionFamily):
+        raise TypeError(f"register_family needs a DiffusionFamily instance, got {type(family).__name__}.")
+    if not family.name or family.name == DiffusionFamily.name:
+        raise ValueError(f"{type(family).__name__} needs a `name` of its own (got {family.name!r}).")
+    if family.name in FAMILIES and not replace:
+        raise ValueError(
+            f"a family named {family.name!r} is already registered ({FAMILIES[family.name]!r}); choose another name "
+            "or pass replace=True."
+        )
+    if not family.model_types and not family.fallback and type(family).matches is DiffusionFamily.matches:
+        raise ValueError(
+            f"{type(family).__name__} has no model_types and no `matches`: no model would ever be detected as "
+            f"{family.name!r}. Set model_types = ('<config.model_type>',)."
+        )
+    FAMILIES[family.name] = family
+    return family
 
 
 def get_family(name: str) -> DiffusionFamily:
-    """The registered family `name` (as returned by `diffusion.adapter.detect_family`)."""
+    """The registered family `name` (as returned by `detect_family`)."""
     if name not in FAMILIES:
         raise ValueError(f"no diffusion family {name!r}; registered: {sorted(FAMILIES)}.")
     return FAMILIES[name]
+
+
+def _in_detection_order() -> list[DiffusionFamily]:
+    return [f for f in FAMILIES.values() if not f.fallback] + [f for f in FAMILIES.values() if f.fallback]
+
+
+def detect_family(model) -> str | None:
+    """The name of the registered family whose models `model` (possibly inside DDP / FSDP / PEFT) belongs to, or
+    None: autoregressive LMs (LlamaForCausalLM, Qwen2ForCausalLM, ...) and models without an LM head."""
+    inner = unwrap_model(model)
+    if getattr(inner, "config", None) is None:
+        return None
+    for family in _in_detection_order():
+        if family.matches(inner):
+            return family.name
+    return None
+
+
+def detect_family_from_config(config) -> str | None:
+    """`detect_family` before loading: the family of a model with this config (e.g. `AutoConfig.from_pretrained`)."""
+    for family in _in_detection_order():
+        if family.matches_config(config):
+            return family.name
+    return None
+
+
+def is_diffusion_model(model) -> bool:
+    """True for a model some registered family decodes (see `detect_family`)."""
+    return detect_family(model) is not None
+
+
+def family_labels() -> str:
+    """The registered families as messages name them, e.g. "LLaDA, Dream / DiffuCoder, ... or a masked LM"."""
+    labels = [f.label for f in _in_detection_order()]
+    return ", ".join(labels[:-1]) + f" or {labels[-1]}" if len(labels) > 1 else "".join(labels)
+
+
+for _family in (MaskedDiffusionFamily(), DreamFamily(), BlockDiffusionFamily(), LLaDA2Family(), MaskedLMFamily()):
+    register_family(_family)

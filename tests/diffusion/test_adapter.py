@@ -22,7 +22,8 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from stabledrl_trl.diffusion.adapter import DiffusionAdapter, as_diffusion_lm, detect_family, is_diffusion_model
+from stabledrl_trl.diffusion.adapter import DiffusionAdapter, as_diffusion_lm
+from stabledrl_trl.diffusion.family import detect_family, is_diffusion_model
 from stabledrl_trl.models.dream import DreamConfig, DreamModel
 
 V = 101  # every tiny model below uses the tiny tokenizer's vocabulary size

@@ -7,17 +7,18 @@ import pytest
 import torch
 
 from stabledrl_trl import StableDRLConfig
-from stabledrl_trl.diffusion.adapter import FAMILIES as ADAPTER_FAMILIES
 from stabledrl_trl.diffusion.adapter import as_diffusion_lm
 from stabledrl_trl.diffusion.estimators import estimate_likelihood
 from stabledrl_trl.diffusion.family import FAMILIES, DiffusionFamily, get_family
 from stabledrl_trl.diffusion.sampler import generate
 
 
-def test_every_detected_family_is_registered():
-    assert set(ADAPTER_FAMILIES) <= set(FAMILIES)
-    for name in ADAPTER_FAMILIES:
-        assert isinstance(get_family(name), DiffusionFamily)
+def test_the_built_in_families_are_registered_in_detection_order():
+    assert list(FAMILIES) == ["llada", "dream", "sdar", "llada2", "masked_lm"]
+    for name, family in FAMILIES.items():
+        assert isinstance(family, DiffusionFamily) and family.name == name and get_family(name) is family
+    # the fallback (any transformers masked LM) is tried last
+    assert [f.name for f in FAMILIES.values() if f.fallback] == ["masked_lm"]
     with pytest.raises(ValueError, match="no diffusion family 'gpt'"):
         get_family("gpt")
 
@@ -93,9 +94,9 @@ def test_llada_family_estimate_scores_the_canvas_with_a_visible_tail(tiny_llada,
 
 
 def test_sdar_family_uses_the_block_sampler_and_staircase_estimates(tiny_tokenizer, tmp_path):
-    from stabledrl_trl.diffusion.adapter import detect_family
     from stabledrl_trl.diffusion.block_estimators import staircase_estimate
     from stabledrl_trl.diffusion.block_sampler import block_generate
+    from stabledrl_trl.diffusion.family import detect_family
     from stabledrl_trl.sft import build_tiny_model
 
     model = build_tiny_model(tiny_tokenizer, seed=2, architecture="sdar").eval()
