@@ -808,7 +808,7 @@ def test_llada_rollouts_draw_from_the_configured_top_k(tmp_path, monkeypatch):
         processing_class=build_tiny_tokenizer(),
     )
     trainer.train()
-    assert seen and all(s == (1, None, True) for s in seen)
+    assert seen and all(s == (1, 1.0, True) for s in seen)  # passed as configured: top_p 1.0 = off
 
 
 @pytest.mark.parametrize("completion_end, expected", [("any_eos", [10, 11, 2]), ("tokenizer_eos", [10, 11, 2, 12, 0])])

@@ -42,10 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import DynamicCache
 
+from .filtering import filter_logits, validate_filter_args
 from .masking import counter_uniform
 
 REMASKING_STRATEGIES = ("low_confidence_static", "low_confidence_dynamic")
@@ -76,25 +76,8 @@ def transfer_schedule(block_size: int, steps: int) -> Tensor:
     return counts
 
 
-def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """Top-k then top-p (nucleus) filtering: logits outside the kept set become -inf. (..., V) -> (..., V).
-
-    top-p keeps the smallest prefix of the sorted distribution whose mass reaches p (the token crossing p included).
-    """
-    if top_k > 0:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]  # (..., 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)  # (..., V)
-        drop_sorted = F.pad(cum[..., :-1] > top_p, (1, 0), value=False)  # keep the token that crosses p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
-
-
 def sample_candidates(
-    logits: Tensor, uniforms: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+    logits: Tensor, uniforms: Tensor, temperature: float, top_k: int | None = None, top_p: float | None = None
 ) -> tuple[Tensor, Tensor]:
     """A candidate token and its probability per position, as SDAR's sampler draws them.
 
@@ -115,7 +98,12 @@ def sample_candidates(
 
 
 def sample_candidates_multinomial(
-    logits: Tensor, generators, temperature: float, top_k: int = 0, top_p: float = 1.0, active: Tensor | None = None
+    logits: Tensor,
+    generators,
+    temperature: float,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    active: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """LLaDA2's draw: a candidate token and its probability per position, one `torch.multinomial` per row.
 
@@ -163,10 +151,7 @@ def validate_block_sampler_args(gen_length, block_size, steps, temperature, top_
         )
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
         raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}.")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}.")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p!r}.")
+    validate_filter_args(top_k, top_p)
     if remasking not in REMASKING_STRATEGIES:
         raise ValueError(f"remasking={remasking!r} is not one of {REMASKING_STRATEGIES}.")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
@@ -267,8 +252,8 @@ def block_generate(
     gen_length: int,
     denoising_steps: int | None = None,
     temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
     remasking: str = "low_confidence_dynamic",
     confidence_threshold: float = 0.9,
     generator: torch.Generator | Tensor | list[torch.Generator] | None = None,
@@ -282,6 +267,8 @@ def block_generate(
         (cached + new) columns, position_ids and a `cache`, returning `.logits` (B, n, V) with logits[:, i] for token i.
     prompt_ids, prompt_mask: (B, P), left-padded (1 = real token).
     denoising_steps: steps per block, None = block_size (SDAR / TraDo's default).
+    top_k, top_p: candidate filters, top-k then top-p (`diffusion.filtering.filter_logits`); top_k None or 0 and
+        top_p None or 1.0 = off.
     generator: torch.Generator giving one seed per row, or a (B,) integer tensor of row seeds (then a row's draws are
         the same wherever it sits in the batch); required when temperature > 0. A list of B torch.Generators draws
         each row with `torch.multinomial` from its own generator instead (`sample_candidates_multinomial`, LLaDA2's
@@ -368,14 +355,14 @@ def block_generate(
                     [row_generators[int(r)] for r in rows],
                     float(temperature),
                     top_k,
-                    float(top_p),
+                    top_p,
                     active=masked.any(-1),
                 )
             else:
                 # keyed by the row seed, the step and the real position: independent of the batch layout
                 u = counter_uniform(row_seeds[:, None], STREAM_SAMPLE, step, block_positions.clamp(min=0),
                                     device=device)  # fmt: skip
-                tokens, confidence = sample_candidates(logits, u, float(temperature), top_k, float(top_p))
+                tokens, confidence = sample_candidates(logits, u, float(temperature), top_k, top_p)
             count = schedule[min(step, steps - 1)].expand(n)
             reveal = choose_reveals(confidence, masked, count, remasking, float(confidence_threshold))
             work[:, c0:c1] = torch.where(reveal, tokens, work[:, c0:c1])

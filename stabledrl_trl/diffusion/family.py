@@ -78,14 +78,13 @@ def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
         cache=getattr(args, "rollout_cache", "none"),
         threshold=getattr(args, "parallel_threshold", None),
         max_tokens_per_step=getattr(args, "max_tokens_per_step", None),
-        # GRPOConfig's top_p = 1 and top_k = 0 (or None) mean no filtering
-        top_k=args.top_k if args.top_k else None,
-        top_p=args.top_p if args.top_p is not None and args.top_p < 1 else None,
+        top_k=args.top_k,
+        top_p=args.top_p,
     )
 
 
 def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
-    """Dream's sampler (`diffusion/dream_sampler.py`); GRPOConfig's top_p = 1 and top_k = 0 mean no filtering."""
+    """Dream's sampler (`diffusion/dream_sampler.py`); top_p None or 1.0 and top_k None or 0 mean no filtering."""
     return dream_generate(
         adapter,
         prompt_ids,
@@ -97,8 +96,8 @@ def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, gener
         alg_temp=args.dream_alg_temp,
         eps=args.dream_eps,
         temperature=args.temperature,
-        top_p=args.top_p if args.top_p is not None and args.top_p < 1 else None,
-        top_k=args.top_k if args.top_k else None,
+        top_p=args.top_p,
+        top_k=args.top_k or None,  # Dream's code reads None, not 0, as no top-k filter
         eos_token_ids=tuple(eos_token_ids),
         generator=generator,
     )
@@ -532,8 +531,8 @@ class BlockDiffusionFamily(DiffusionFamily):
             gen_length=args.max_completion_length,
             denoising_steps=args.block_denoising_steps,
             temperature=args.temperature,
-            top_k=args.top_k or 0,
-            top_p=1.0 if args.top_p is None else args.top_p,
+            top_k=args.top_k,
+            top_p=args.top_p,
             remasking=args.block_remasking,
             confidence_threshold=args.block_confidence_threshold,
             **self.sampler_rules(prompt_ids, generator),

@@ -43,6 +43,8 @@ import torch
 
 from stabledrl_trl.models.bidirectional import CanvasCache
 
+from .filtering import filter_logits, validate_filter_args
+
 LogitsFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 REMASKING_MODES = ("low_confidence", "random")
@@ -177,10 +179,7 @@ def _normalise_eos_ids(eos_token_ids) -> tuple[int, ...]:
 
 def validate_fast_args(top_k, top_p, cache, threshold, max_tokens_per_step) -> None:
     """Raise a ValueError naming the argument, its value and the fix for an invalid candidate filter or fast mode."""
-    if top_k is not None and (not _is_int(top_k) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None (no top-k filter), got {top_k!r}.")
-    if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be a number in (0, 1] or None (no nucleus filter), got {top_p!r}.")
+    validate_filter_args(top_k, top_p)
     if cache not in CACHE_MODES:
         raise ValueError(f"cache must be one of {CACHE_MODES} ('none' is exact), got {cache!r}.")
     if threshold is not None and (not _is_number(threshold) or not 0.0 < threshold < 1.0):
@@ -250,9 +249,10 @@ def generate(
     generator: torch.Generator on the logits' device; required when temperature > 0 or remasking == "random".
         Each row gets its own generator seeded from it (`row_generators`), and draws its noise per step with shape
         (block_length, V): a row's draws depend only on its batch index, never on the other rows.
-    top_k / top_p: candidates are drawn from the `top_k` most likely tokens / the smallest set whose probability
-        reaches `top_p` (None = no filter). The filters restrict the draw only: the confidence stays the drawn
-        token's probability under softmax(logits), as LLaDA defines it (so top_k=1 is greedy decoding).
+    top_k / top_p: candidates are drawn from the `top_k` most likely tokens, then from the smallest set whose
+        probability reaches `top_p` (`diffusion.filtering.filter_logits`; top_k None or 0 and top_p None or 1.0 = no
+        filter). The filters restrict the draw only: the confidence stays the drawn token's probability under
+        softmax(logits), as LLaDA defines it (so top_k=1 is greedy decoding).
     early_stop: with `eos_token_ids`, a row whose completed blocks contain an EOS token leaves the batch (its
         completion up to and including that EOS is final); its later positions are filled with eos_token_ids[0],
         and generation ends when every row has finished. Exact: the completion up to the first EOS, and the
@@ -494,34 +494,12 @@ def _check_logits(logits, expected_rows: int, expected_length: int, mask_token_i
         )
 
 
-def filter_logits(block_logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
-    """Top-k then nucleus (top-p) filtering: logits outside the kept set become -inf, in place.
-
-    block_logits: (..., V). top-p keeps the smallest set of most likely tokens whose probability reaches top_p (the
-    most likely token always). Returns block_logits.
-    """
-    vocab = block_logits.shape[-1]
-    if top_k is not None and top_k < vocab:
-        kth = torch.topk(block_logits, top_k, dim=-1).values[..., -1:]  # (..., 1)
-        block_logits.masked_fill_(block_logits < kth, -torch.inf)
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = torch.sort(block_logits, dim=-1, descending=True)  # (..., V)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)  # (..., V)
-        # drop a token when the tokens before it already reach top_p
-        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p  # (..., V)
-        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
-        block_logits.masked_fill_(drop, -torch.inf)
-    return block_logits
-
-
 def _candidates_and_confidence(block_logits, temperature, remasking, top_k, top_p, gens):
     """Candidate tokens (A, block) and their confidences (A, block) for one step.
 
     block_logits (A, block, V) are not modified. gens: one generator per row (None when nothing is random).
     """
-    filtered = block_logits
-    if top_k is not None or top_p is not None:
-        filtered = filter_logits(block_logits.clone(), top_k, top_p)  # (A, block, V)
+    filtered = filter_logits(block_logits, top_k, top_p)  # (A, block, V); block_logits itself when both are off
     candidates = _draw_candidates(filtered, temperature, gens)  # (A, block)
     del filtered
     if remasking == "low_confidence":

@@ -14,10 +14,10 @@ from stabledrl_trl.diffusion import block_sampler
 from stabledrl_trl.diffusion.block_sampler import (
     block_generate,
     choose_reveals,
-    filter_logits,
     sample_candidates,
     transfer_schedule,
 )
+from stabledrl_trl.diffusion.filtering import filter_logits
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "sdar-tiny"
 FIX = dict(mask_token_id=95, eos_token_ids=[94], pad_token_id=94, block_size=4)

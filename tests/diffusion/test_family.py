@@ -233,21 +233,23 @@ def test_family_rejects_settings_its_sampler_ignores(tmp_path, family, kwargs, m
     get_family("llada" if family == "dream" else "dream").check(args, None)  # the other family's sampler reads them
 
 
-def test_every_sampler_reads_top_p_none_as_no_filtering(tiny_llada, tiny_tokenizer, tmp_path):
-    """top_p None (as a Python user may pass it) decodes exactly as top_p 1.0 with LLaDA's and Dream's samplers."""
+def test_every_sampler_reads_every_off_value_as_no_filtering(tiny_llada, tiny_sdar, tiny_tokenizer, tmp_path):
+    """top_k None or 0 and top_p None or 1.0 (None as a Python user may pass it; GRPOConfig allows top_k None) decode
+    exactly alike with LLaDA's, Dream's and the block-diffusion sampler; top_k=1 does filter."""
     prompt = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]])
     mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
-    for name, model in (("dream", _tiny_dream()), ("llada", tiny_llada)):
+    for name, model in (("dream", _tiny_dream()), ("llada", tiny_llada), ("sdar", tiny_sdar(seed=0))):
         adapter = as_diffusion_lm(model, tokenizer=tiny_tokenizer)
         outs = []
-        for top_p in (None, 1.0):
-            args = _args(tmp_path, temperature=0.9, diffusion_steps=4)
-            args.top_p = top_p  # set after construction: the config itself stores its own default
+        for top_k, top_p in ((0, 1.0), (None, None), (None, 1.0), (0, None), (1, None)):
+            args = _args(tmp_path, temperature=1.5, diffusion_steps=4)
+            args.top_k, args.top_p = top_k, top_p  # set after construction: the config itself stores its defaults
             out = get_family(name).generate(
                 adapter, prompt, mask, args, eos_token_ids=adapter.eos_token_ids, generator=torch.Generator().manual_seed(5)
             )
             outs.append(out.completion_ids)
-        assert torch.equal(outs[0], outs[1]), name
+        assert all(torch.equal(outs[0], o) for o in outs[1:4]), name
+        assert not torch.equal(outs[0], outs[4]), name  # the settings do reach the sampler
 
 
 # ----------------------------------------------------------------------------------------------------------------------

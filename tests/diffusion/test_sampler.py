@@ -627,22 +627,6 @@ def test_finished_rows_leaving_do_not_change_other_rows_draws():
 # top-k / top-p candidate filters.
 
 
-def test_filter_logits_by_hand():
-    from stabledrl_trl.diffusion.sampler import filter_logits
-
-    logits = torch.log(torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]]))
-    top2 = filter_logits(logits.clone(), 2, None)
-    assert torch.isfinite(top2).tolist() == [[True, True, False, False, False]]
-    # p = 0.6: 0.5 < 0.6, so the second token is kept too; 0.5 + 0.2 >= 0.6 drops the rest
-    nucleus = filter_logits(logits.clone(), None, 0.6)
-    assert torch.isfinite(nucleus).tolist() == [[True, True, False, False, False]]
-    assert torch.isfinite(filter_logits(logits.clone(), None, 0.5)).tolist() == [[True, False, False, False, False]]
-    assert torch.isfinite(filter_logits(logits.clone(), None, 0.9)).sum() == 4
-    assert torch.isfinite(filter_logits(logits.clone(), None, 1.0)).all()
-    both = filter_logits(logits.clone(), 3, 0.95)  # top-3, then the nucleus of the rest
-    assert torch.isfinite(both).tolist() == [[True, True, True, False, False]]
-
-
 @pytest.mark.parametrize("top_k, top_p, support", [(2, None, [0, 3]), (None, 0.7, [0, 3]), (1, None, [0])])
 def test_filtered_draws_follow_the_renormalised_softmax(top_k, top_p, support):
     mask_id = 4
@@ -770,7 +754,8 @@ def test_threshold_reveals_confident_positions_capped_and_ends_blocks_early():
 @pytest.mark.parametrize(
     "extra, match",
     [
-        (dict(top_k=0), "top_k"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_k=True), "top_k"),
         (dict(top_p=0.0), "top_p"),
         (dict(top_p=1.5), "top_p"),
         (dict(cache="full"), "cache must be one of"),
