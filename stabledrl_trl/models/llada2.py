@@ -55,6 +55,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MLP, 
 
 from .block_attention import block_causal_inputs, check_attention_implementation
 from .original_format import config_json_string
+from .registration import register_auto_classes
 
 # Keys of the hub config that the original modeling code never reads: the behaviour they name is hard-coded there
 # (and here). A value describing other behaviour is rejected instead of silently ignored.
@@ -517,8 +518,4 @@ class LLaDA2MoeModelLM(LLaDA2MoePreTrainedModel, GenerationMixin):
 
 def register_llada2() -> None:
     """Register LLaDA2 (model_type "llada2_moe") with AutoConfig, AutoModel and AutoModelForCausalLM."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    AutoConfig.register("llada2_moe", LLaDA2MoeConfig, exist_ok=True)
-    AutoModel.register(LLaDA2MoeConfig, LLaDA2MoeModelLM, exist_ok=True)
-    AutoModelForCausalLM.register(LLaDA2MoeConfig, LLaDA2MoeModelLM, exist_ok=True)
+    register_auto_classes("llada2_moe", LLaDA2MoeConfig, LLaDA2MoeModelLM)

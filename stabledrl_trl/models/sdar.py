@@ -44,6 +44,7 @@ from .block_attention import block_causal_inputs, check_attention_implementation
 from .block_attention import block_causal_mask as block_causal_mask  # SDAR's masks, importable from here as before
 from .block_attention import two_copy_block_mask as two_copy_block_mask
 from .original_format import config_json_string
+from .registration import register_auto_classes
 
 
 class SDARConfig(Qwen3Config):
@@ -187,8 +188,4 @@ class SDARForCausalLM(Qwen3ForCausalLM):
 
 def register_sdar() -> None:
     """Register SDAR (model_type "sdar") with AutoConfig, AutoModel and AutoModelForCausalLM."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    AutoConfig.register("sdar", SDARConfig, exist_ok=True)
-    AutoModel.register(SDARConfig, SDARForCausalLM, exist_ok=True)
-    AutoModelForCausalLM.register(SDARConfig, SDARForCausalLM, exist_ok=True)
+    register_auto_classes("sdar", SDARConfig, SDARForCausalLM)
