@@ -48,6 +48,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import torch
@@ -298,16 +299,65 @@ def estimator_standard_error(samples: Tensor) -> Tensor:
     return samples.std(dim=-1) / math.sqrt(U)
 
 
-def _per_token_mean_weights(masked: Tensor, real: Tensor, sample_weight: Tensor | None = None) -> Tensor:
-    """(B, K, C) weights of the per-token-mean form: mean over samples of the mean over masked real tokens, or, with
-    sample_weight (B, K), the sample_weight-weighted sum over samples of those means."""
-    K = masked.shape[1]
-    masked = masked & real[:, None, :]
+# (per-row seeds (B,) or an int, prompt_mask (B, P), completion_mask (B, C)) -> Masks
+MaskDraw = Callable[[Tensor | int, Tensor, Tensor], Masks]
+Weigh = Callable[[Masks, Tensor], Tensor]  # (masks, real completion tokens (B, C) bool) -> weights (B, K, C)
+
+
+def _mean_field_weights(masks: Masks, real: Tensor) -> Tensor:
+    """(B, K, C): 1/K on every masked token (mean_field masks exactly the real completion tokens)."""
+    return masks.completion / masks.completion.shape[1]
+
+
+def _per_token_mean_weights(masks: Masks, real: Tensor) -> Tensor:
+    """(B, K, C) weights of the per-token-mean form: mean over samples of the mean over masked real tokens, or, where
+    the masks carry a quadrature weight (B, K) (sdmc), the weighted sum over samples of those means."""
+    K = masks.completion.shape[1]
+    masked = masks.completion & real[:, None, :]
     n_masked = masked.sum(-1, keepdim=True).clamp(min=1)  # (B, K, 1)
     n_real = real.sum(-1)[:, None, None]  # (B, 1, 1)
-    if sample_weight is None:
+    if masks.weight is None:
         return masked * n_real / (K * n_masked)
-    return masked * n_real * sample_weight[..., None] / n_masked
+    return masked * n_real * masks.weight[..., None] / n_masked
+
+
+def _inv_t_weights(masks: Masks, real: Tensor) -> Tensor:
+    """(B, K, C) weights of the 1/t ELBO: mask / (K p), p the sample's masking probability.
+
+    A sample whose draw masked nothing contributes 0 to the 1/t ELBO; the token the at-least-one rule masked in it
+    must not be scored with weight 1/p (that would add a term growing like log(1/eps)), so such samples get weight 0.
+    """
+    masked = masks.completion & real[:, None, :] & ~masks.fallback[..., None]
+    return masked / (masks.completion.shape[1] * masks.mask_prob[..., None])
+
+
+def _coupled_weights(masks: Masks, real: Tensor) -> Tensor:
+    """(B, K, C): each real token's log p averaged over the passes that mask it."""
+    masked = masks.completion & real[:, None, :]
+    return masked / masked.sum(dim=1, keepdim=True).clamp(min=1)
+
+
+def _run(
+    draw_masks: MaskDraw, weigh: Weigh, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
+    mask_token_id: int, seed: Seed, chunk_size: int | None, eubo_beta: float | None, context_mask: Tensor | None,
+    mask_context: bool, unit_size: int = 1, weigh_entropy: Weigh | None = None,
+) -> LikelihoodEstimate:  # fmt: skip
+    """What every estimator does: check the inputs, draw the masks from per-row seeds, weigh them, score.
+
+    draw_masks: the estimator's mask sampler with its own options bound; weigh: its weight rule; weigh_entropy: the
+    rule for the entropy (None: the same weights).
+    """
+    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
+    masks = draw_masks(resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask)
+    real = completion_mask.bool()  # (B, C)
+    # both rules read the masks as drawn, before _estimate masks the context tail
+    weights = weigh(masks, real)  # (B, K, C)
+    entropy_weights = None if weigh_entropy is None else weigh_entropy(masks, real)  # (B, K, C)
+    return _estimate(
+        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
+        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, entropy_weights=entropy_weights,
+        context_mask=context_mask, mask_context=mask_context, unit_size=unit_size,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -334,18 +384,10 @@ def mean_field(
 
     token_logps = log p(y_j) at each completion position; with num_samples > 1 (different prompt masks) averaged.
     """
-    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
-    masks = mean_field_masks(
-        resolve_seed(seed, completion_ids.shape[0]),
-        prompt_mask,
-        completion_mask,
-        num_samples=num_samples,
-        p_mask_prompt=p_mask_prompt,
-    )
-    weights = masks.completion / num_samples  # (B, K, C)
-    return _estimate(
-        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+    draw = partial(mean_field_masks, num_samples=num_samples, p_mask_prompt=p_mask_prompt)
+    return _run(
+        draw, _mean_field_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
         mask_context=mask_context,
     )  # fmt: skip
 
@@ -374,15 +416,12 @@ def mc_elbo(
     one masked (see `random_ratio_masks`); sample value = mean of log p over its masked real tokens. Estimate = mean
     over samples.
     """
-    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
-    masks = random_ratio_masks(
-        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
-        num_samples=num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=p_mask_prompt,
-    )  # fmt: skip
-    weights = _per_token_mean_weights(masks.completion, completion_mask.bool())
-    return _estimate(
-        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+    draw = partial(
+        random_ratio_masks, num_samples=num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=p_mask_prompt
+    )
+    return _run(
+        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
         mask_context=mask_context,
     )  # fmt: skip
 
@@ -413,21 +452,13 @@ def mc_elbo_inv_t(
     the model but gets weight 0, which keeps the estimate unbiased for the ELBO (weighting it by 1/p would add a bias
     of order log(1/eps) / n_real^2 per token).
     """
-    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
-    masks = random_ratio_masks(
-        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
-        num_samples=num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=p_mask_prompt,
-    )  # fmt: skip
-    real = completion_mask.bool()
-    # A sample whose draw masked nothing contributes 0 to the 1/t ELBO; the token the at-least-one rule masked in it
-    # must not be scored with weight 1/p (that would add a term growing like log(1/eps)), so such samples get weight 0.
-    masked = masks.completion & real[:, None, :] & ~masks.fallback[..., None]
-    weights = masked / (num_samples * masks.mask_prob[..., None])  # (B, K, C)
-    return _estimate(
-        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context,
-        entropy_weights=_per_token_mean_weights(masks.completion, real),
+    draw = partial(
+        random_ratio_masks, num_samples=num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=p_mask_prompt
+    )
+    return _run(
+        draw, _inv_t_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context, weigh_entropy=_per_token_mean_weights,
     )  # fmt: skip
 
 
@@ -449,15 +480,10 @@ def block_random(
     block_size: int = 32,
 ) -> LikelihoodEstimate:
     """SPG's block-random ELBO (the official StableDRL code): masks from `block_random_masks`, per-token-mean form."""
-    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
-    masks = block_random_masks(
-        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
-        num_samples=num_samples, block_size=block_size, p_mask_prompt=p_mask_prompt,
-    )  # fmt: skip
-    weights = _per_token_mean_weights(masks.completion, completion_mask.bool())
-    return _estimate(
-        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+    draw = partial(block_random_masks, num_samples=num_samples, block_size=block_size, p_mask_prompt=p_mask_prompt)
+    return _run(
+        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
         mask_context=mask_context,
     )  # fmt: skip
 
@@ -487,34 +513,13 @@ def block_random_coupled(
     expectation equals block_random's (the SPG bound of the official code), and the EUBO_beta of the sandwich is the
     same formula on these masks. num_samples counts passes (even).
     """
-    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
-    masks = block_random_coupled_masks(
-        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
-        num_samples=num_samples, block_size=block_size, p_mask_prompt=p_mask_prompt,
-    )  # fmt: skip
-    weights = _per_token_mean_weights(masks.completion, completion_mask.bool())
-    return _estimate(
-        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+    draw = partial(
+        block_random_coupled_masks, num_samples=num_samples, block_size=block_size, p_mask_prompt=p_mask_prompt
+    )
+    return _run(
+        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
         mask_context=mask_context, unit_size=2,
-    )  # fmt: skip
-
-
-def _sdmc(
-    coupled_nodes: bool,
-    logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
-    mask_token_id, seed, num_samples, p_mask_prompt, chunk_size, eubo_beta, context_mask, mask_context, nodes,
-) -> LikelihoodEstimate:  # fmt: skip
-    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
-    masks = sdmc_masks(
-        resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask,
-        num_samples=num_samples, nodes=nodes, coupled=coupled_nodes, p_mask_prompt=p_mask_prompt,
-    )  # fmt: skip
-    weights = _per_token_mean_weights(masks.completion, completion_mask.bool(), masks.weight)
-    return _estimate(
-        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context, unit_size=nodes * (2 if coupled_nodes else 1),
     )  # fmt: skip
 
 
@@ -546,10 +551,11 @@ def sdmc(
     m_i / (t_i n) is far from 1 on short completions (t = 0.047, n = 5: 4.3x), which biases the estimate. Cost: one
     pass per node; num_samples (passes, a multiple of nodes; None = nodes) averages repeats.
     """
-    return _sdmc(
-        False, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, num_samples=num_samples, p_mask_prompt=p_mask_prompt,
-        chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask, mask_context=mask_context, nodes=nodes,
+    draw = partial(sdmc_masks, num_samples=num_samples, nodes=nodes, coupled=False, p_mask_prompt=p_mask_prompt)
+    return _run(
+        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context, unit_size=nodes,
     )  # fmt: skip
 
 
@@ -576,10 +582,11 @@ def sdmc_coupled(
     estimate is sum_i omega_i (mean over S_i + mean over the complement) / 2. Cost: two passes per node; num_samples
     (a multiple of 2 * nodes; None = 2 * nodes) averages repeats.
     """
-    return _sdmc(
-        True, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, num_samples=num_samples, p_mask_prompt=p_mask_prompt,
-        chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask, mask_context=mask_context, nodes=nodes,
+    draw = partial(sdmc_masks, num_samples=num_samples, nodes=nodes, coupled=True, p_mask_prompt=p_mask_prompt)
+    return _run(
+        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+        mask_context=mask_context, unit_size=2 * nodes,
     )  # fmt: skip
 
 
@@ -604,19 +611,10 @@ def coupled(
     num_samples counts forward passes (even). Pair value = mean over real tokens of log p from the pass where the
     token was masked; estimate = mean over pairs. With one real token both passes mask it and it is averaged over them.
     """
-    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
-    masks = coupled_masks(
-        resolve_seed(seed, completion_ids.shape[0]),
-        prompt_mask,
-        completion_mask,
-        num_samples=num_samples,
-        p_mask_prompt=p_mask_prompt,
-    )
-    masked = masks.completion & completion_mask.bool()[:, None, :]
-    weights = masked / masked.sum(dim=1, keepdim=True).clamp(min=1)  # (B, K, C): mean over passes masking the token
-    return _estimate(
-        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
+    draw = partial(coupled_masks, num_samples=num_samples, p_mask_prompt=p_mask_prompt)
+    return _run(
+        draw, _coupled_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
         mask_context=mask_context, unit_size=2,
     )  # fmt: skip
 

@@ -23,6 +23,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, Qwen2Mode
 
 from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
 from .original_format import config_json_string, copy_remote_code, publishable_auto_map
+from .registration import register_auto_classes
 
 
 class DreamConfig(Qwen2Config):
@@ -162,8 +163,4 @@ class DreamModel(Qwen2ForCausalLM):
 
 def register_dream() -> None:
     """Register Dream (model_type "Dream") with AutoConfig, AutoModel and AutoModelForCausalLM."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    AutoConfig.register("Dream", DreamConfig, exist_ok=True)
-    AutoModel.register(DreamConfig, DreamModel, exist_ok=True)
-    AutoModelForCausalLM.register(DreamConfig, DreamModel, exist_ok=True)
+    register_auto_classes("Dream", DreamConfig, DreamModel)

@@ -33,6 +33,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
 from .original_format import config_json_string, copy_remote_code, publishable_auto_map
+from .registration import register_auto_classes
 
 # LLaDA's config.json key -> the Llama config field holding the same number.
 LLADA_TO_LLAMA_KEYS = {
@@ -343,11 +344,6 @@ class LLaDAModelLM(LlamaForCausalLM):
 
 def register_llada() -> None:
     """Register LLaDA with the Auto classes and LLaDA's weight names with the checkpoint conversion mapping."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
-
-    AutoConfig.register("llada", LLaDAConfig, exist_ok=True)
-    AutoModel.register(LLaDAConfig, LLaDAModelLM, exist_ok=True)
-    AutoModelForCausalLM.register(LLaDAConfig, LLaDAModelLM, exist_ok=True)
-    AutoModelForMaskedLM.register(LLaDAConfig, LLaDAModelLM, exist_ok=True)
+    register_auto_classes("llada", LLaDAConfig, LLaDAModelLM, masked_lm=True)
     renames = [WeightRenaming(source, target) for source, target in LLADA_WEIGHT_RENAMES]
     register_checkpoint_conversion_mapping("llada", renames, overwrite=True)

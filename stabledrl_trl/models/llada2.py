@@ -19,7 +19,7 @@ config.json keys and weight names, built from transformers' DeepSeek-V3 blocks w
   `DeepseekV3TopkRouter`, with LLaDA2's names). No auxiliary balance loss;
 - RMSNorm and the SwiGLU MLPs are `DeepseekV3RMSNorm` / `DeepseekV3MLP` (names gate_proj, up_proj, down_proj).
 
-Attention is block-causal with blocks aligned at absolute position 0, as in `stabledrl_trl.models.sdar`:
+Attention is block-causal with blocks aligned at absolute position 0 (`stabledrl_trl.models.block_attention`):
 query at position p_q sees a real key at p_k iff p_k // block_size <= p_q // block_size. Calling conventions of
 `LLaDA2MoeModel.forward` (the same as `SDARModel.forward`, so the block sampler and the staircase estimator drive both):
 - no mask: one unpadded sequence per row, positions 0..L-1 (what LLaDA2's `generate` computes);
@@ -53,11 +53,9 @@ from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOut
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MLP, DeepseekV3RMSNorm
 
-from .bidirectional import padding_position_ids
+from .block_attention import block_causal_inputs, check_attention_implementation
 from .original_format import config_json_string
-from .sdar import block_causal_mask
-
-SUPPORTED_ATTENTION = ("sdpa", "eager")
+from .registration import register_auto_classes
 
 # Keys of the hub config that the original modeling code never reads: the behaviour they name is hard-coded there
 # (and here). A value describing other behaviour is rejected instead of silently ignored.
@@ -408,12 +406,7 @@ class LLaDA2MoeModel(LLaDA2MoePreTrainedModel):
     ) -> MoeModelOutputWithPast:
         if cache is None:
             cache = kwargs.pop("past_key_values", None)
-        implementation = self.config._attn_implementation or "sdpa"
-        if implementation not in SUPPORTED_ATTENTION:
-            raise ValueError(
-                f"LLaDA2's block-causal mask runs on {SUPPORTED_ATTENTION} attention, got attn_implementation="
-                f"{implementation!r}; load the model with attn_implementation='sdpa'."
-            )
+        check_attention_implementation(self.config, "LLaDA2")
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
@@ -434,23 +427,9 @@ class LLaDA2MoeModel(LLaDA2MoePreTrainedModel):
                 mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2
             mask = mask.to(device).expand(B, 1, L, past + L)
         else:
-            if attention_mask is not None:
-                if attention_mask.dim() != 2 or attention_mask.shape != (B, past + L):
-                    raise ValueError(
-                        f"attention_mask must be 2-D (batch, cached + new) = ({B}, {past + L}) or 4-D, got shape "
-                        f"{tuple(attention_mask.shape)}."
-                    )
-                key_real = attention_mask.bool().to(device)  # (B, past + L)
-                key_positions = padding_position_ids(key_real).to(device)  # (B, past + L)
-            else:
-                key_real = torch.ones(B, past + L, dtype=torch.bool, device=device)
-                key_positions = torch.arange(past + L, device=device)[None].expand(B, -1)
-            if position_ids is None:
-                position_ids = key_positions[:, past:]
-            else:
-                position_ids = position_ids.to(device).expand(B, L)
-                key_positions = torch.cat([key_positions[:, :past], position_ids], dim=1)
-            mask = block_causal_mask(position_ids, key_positions, key_real, self.config.block_size)
+            position_ids, mask = block_causal_inputs(
+                attention_mask, position_ids, B, L, past, device, self.config.block_size
+            )
         position_ids = position_ids.to(device).expand(B, L)
         cos, sin = self.rotary_emb(inputs_embeds, position_ids)  # (B, L, rot)
         hidden = inputs_embeds
@@ -539,8 +518,4 @@ class LLaDA2MoeModelLM(LLaDA2MoePreTrainedModel, GenerationMixin):
 
 def register_llada2() -> None:
     """Register LLaDA2 (model_type "llada2_moe") with AutoConfig, AutoModel and AutoModelForCausalLM."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    AutoConfig.register("llada2_moe", LLaDA2MoeConfig, exist_ok=True)
-    AutoModel.register(LLaDA2MoeConfig, LLaDA2MoeModelLM, exist_ok=True)
-    AutoModelForCausalLM.register(LLaDA2MoeConfig, LLaDA2MoeModelLM, exist_ok=True)
+    register_auto_classes("llada2_moe", LLaDA2MoeConfig, LLaDA2MoeModelLM)

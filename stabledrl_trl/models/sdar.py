@@ -9,9 +9,9 @@ remote code for transformers 4.52 (it imports flash_attn); this module instead r
     block(p) = p // block_size           (blocks aligned at absolute position 0)
     query at position p_q sees key at p_k  iff  key is real and block(p_k) <= block(p_q)
 
-i.e. causal across blocks, bidirectional inside a block. Positions count real tokens only (`cumsum(mask) - 1`), so
-blocks are aligned on a row's real tokens and a left-padded row gives exactly the logits of the row alone. Logits are
-not shifted: `logits[:, i]` predicts token i.
+i.e. causal across blocks, bidirectional inside a block (`stabledrl_trl.models.block_attention`, shared with LLaDA2).
+Positions count real tokens only (`cumsum(mask) - 1`), so blocks are aligned on a row's real tokens and a left-padded
+row gives exactly the logits of the row alone. Logits are not shifted: `logits[:, i]` predicts token i.
 
 Calling conventions of `SDARModel.forward` (all build the block-causal mask above unless a 4-D mask is given):
 - no mask: one unpadded sequence per row, positions 0..L-1 (what SDAR computes at inference);
@@ -39,10 +39,12 @@ from transformers import Qwen3Config
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM, Qwen3Model, Qwen3PreTrainedModel
 
-from .bidirectional import disable_causal_attention, padding_position_ids
+from .bidirectional import disable_causal_attention
+from .block_attention import block_causal_inputs, check_attention_implementation
+from .block_attention import block_causal_mask as block_causal_mask  # SDAR's masks, importable from here as before
+from .block_attention import two_copy_block_mask as two_copy_block_mask
 from .original_format import config_json_string
-
-SUPPORTED_ATTENTION = ("sdpa", "eager")
+from .registration import register_auto_classes
 
 
 class SDARConfig(Qwen3Config):
@@ -103,54 +105,6 @@ class SDARConfig(Qwen3Config):
         return config_json_string(self, use_diff)
 
 
-def block_causal_mask(
-    query_positions: torch.Tensor, key_positions: torch.Tensor, key_real: torch.Tensor, block_size: int
-) -> torch.Tensor:
-    """Block-causal attention: query at position p sees real keys whose block p_k // bs is at most p // bs.
-
-    query_positions (B, Q), key_positions (B, K), key_real (B, K) bool. Returns (B, 1, Q, K) bool, True = attend.
-    A query with no visible key (a padding query whose row has no real token in its block) sees its own column
-    when it is one of the keys, so no softmax row is empty; it is never a real query.
-    """
-    q_block = torch.div(query_positions, block_size, rounding_mode="floor")[:, :, None]  # (B, Q, 1)
-    k_block = torch.div(key_positions, block_size, rounding_mode="floor")[:, None, :]  # (B, 1, K)
-    mask = (k_block <= q_block) & key_real[:, None, :]  # (B, Q, K)
-    Q, K = mask.shape[1:]
-    empty = ~mask.any(-1, keepdim=True)  # (B, Q, 1)
-    if bool(empty.any()):
-        own = torch.zeros(Q, K, dtype=torch.bool, device=mask.device)
-        own[:, K - Q :] = torch.eye(Q, dtype=torch.bool, device=mask.device)  # the new tokens are the last Q keys
-        mask = mask | (empty & own)
-    return mask[:, None]  # (B, 1, Q, K)
-
-
-def two_copy_block_mask(positions: torch.Tensor, real: torch.Tensor, block_size: int) -> torch.Tensor:
-    """BD3-LM's mask for the 2n layout [noisy copy || clean copy] (same positions in both copies).
-
-    positions (B, L), real (B, L) bool for one copy. Returns (B, 1, 2L, 2L) bool, True = attend:
-    - a noisy query sees the noisy keys of its own block and the clean keys of strictly earlier blocks;
-    - a clean query sees the clean keys of its own and earlier blocks (block-causal, as at inference), never a
-      noisy key.
-    So the noisy copy's logits of block b are the model's denoising prediction of block b given the clean history:
-    every block's denoising term in one forward (arXiv 2503.09573, Sec. 3.2; SDAR's training layout).
-    A padding query with no visible key sees itself, so no softmax row is empty.
-    """
-    blk = torch.div(positions, block_size, rounding_mode="floor")  # (B, L)
-    q, k = blk[:, :, None], blk[:, None, :]  # (B, L, 1), (B, 1, L)
-    keys = real[:, None, :]  # (B, 1, L)
-    noisy_noisy = (k == q) & keys
-    noisy_clean = (k < q) & keys
-    clean_clean = (k <= q) & keys
-    top = torch.cat([noisy_noisy, noisy_clean], dim=-1)  # (B, L, 2L)
-    bottom = torch.cat([torch.zeros_like(clean_clean), clean_clean], dim=-1)
-    mask = torch.cat([top, bottom], dim=1)  # (B, 2L, 2L)
-    empty = ~mask.any(-1, keepdim=True)
-    if bool(empty.any()):
-        eye = torch.eye(mask.shape[-1], dtype=torch.bool, device=mask.device)
-        mask = mask | (empty & eye)
-    return mask[:, None]
-
-
 class SDARModel(Qwen3Model):
     """SDAR's transformer body: `Qwen3Model` with block-causal attention and padding-aware positions."""
 
@@ -174,12 +128,7 @@ class SDARModel(Qwen3Model):
         """Inputs as `Qwen3Model.forward`; the attention is block-causal (see the module docstring)."""
         if cache is None:
             cache = kwargs.pop("past_key_values", None)
-        implementation = self.config._attn_implementation or "sdpa"
-        if implementation not in SUPPORTED_ATTENTION:
-            raise ValueError(
-                f"SDAR's block-causal mask runs on {SUPPORTED_ATTENTION} attention, got "
-                f"attn_implementation={implementation!r}; load the model with attn_implementation='sdpa'."
-            )
+        implementation = check_attention_implementation(self.config, "SDAR")
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
@@ -193,23 +142,9 @@ class SDARModel(Qwen3Model):
                 position_ids = torch.arange(past, past + L, device=device)[None].expand(B, L)
             mask = attention_mask.bool()
         else:
-            if attention_mask is not None:
-                if attention_mask.dim() != 2 or attention_mask.shape != (B, past + L):
-                    raise ValueError(
-                        f"attention_mask must be 2-D (batch, cached + new) = ({B}, {past + L}) or a 4-D boolean "
-                        f"mask, got shape {tuple(attention_mask.shape)}."
-                    )
-                key_real = attention_mask.bool().to(device)  # (B, past + L)
-                key_positions = padding_position_ids(key_real).to(device)  # (B, past + L)
-            else:
-                key_real = torch.ones(B, past + L, dtype=torch.bool, device=device)
-                key_positions = torch.arange(past + L, device=device)[None].expand(B, -1)
-            if position_ids is None:
-                position_ids = key_positions[:, past:]
-            else:
-                position_ids = position_ids.to(device).expand(B, L)
-                key_positions = torch.cat([key_positions[:, :past], position_ids], dim=1)
-            mask = block_causal_mask(position_ids, key_positions, key_real, self.config.block_size)
+            position_ids, mask = block_causal_inputs(
+                attention_mask, position_ids, B, L, past, device, self.config.block_size
+            )
         if implementation == "eager":  # eager adds its mask to the scores
             mask = torch.zeros(mask.shape, dtype=inputs_embeds.dtype, device=device).masked_fill(
                 ~mask, torch.finfo(inputs_embeds.dtype).min
@@ -253,8 +188,4 @@ class SDARForCausalLM(Qwen3ForCausalLM):
 
 def register_sdar() -> None:
     """Register SDAR (model_type "sdar") with AutoConfig, AutoModel and AutoModelForCausalLM."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    AutoConfig.register("sdar", SDARConfig, exist_ok=True)
-    AutoModel.register(SDARConfig, SDARForCausalLM, exist_ok=True)
-    AutoModelForCausalLM.register(SDARConfig, SDARForCausalLM, exist_ok=True)
+    register_auto_classes("sdar", SDARConfig, SDARForCausalLM)
