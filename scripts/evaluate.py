@@ -245,11 +245,10 @@ def load_model(args: EvaluateArguments):
     dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype, None)
     if dtype is None or (dtype != "auto" and not isinstance(dtype, torch.dtype)):
         raise ValueError(f"dtype={args.dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto.")
-    from stabledrl_trl.safety import check_local_model_path, check_safetensors_only
+    from stabledrl_trl.validation import check_model_source
 
-    check_local_model_path(args.model_name_or_path, field="model_name_or_path")
-    if not args.allow_pickle_checkpoints:
-        check_safetensors_only(args.model_name_or_path, what="model_name_or_path")
+    # training's checks of a model path (validation's inputs-before-loading layer)
+    check_model_source(args.model_name_or_path, field="model_name_or_path", allow_pickle=args.allow_pickle_checkpoints)
     load_kwargs = {} if args.allow_pickle_checkpoints else {"use_safetensors": True}
     adapter_config = os.path.join(args.model_name_or_path, "adapter_config.json")
     is_adapter = os.path.isfile(adapter_config)
@@ -264,9 +263,7 @@ def load_model(args: EvaluateArguments):
             raise ValueError(
                 f"{adapter_config} names no base model; pass --base_model_name_or_path <the model it was trained on>."
             )
-        check_local_model_path(base_path, field="base_model_name_or_path")
-        if not args.allow_pickle_checkpoints:
-            check_safetensors_only(base_path, what="base model")
+        check_model_source(base_path, field="base_model_name_or_path", allow_pickle=args.allow_pickle_checkpoints)
         base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, **load_kwargs)
         model = PeftModel.from_pretrained(base, args.model_name_or_path)  # adapter kept separate: no merge
         has_tokenizer = os.path.isfile(os.path.join(args.model_name_or_path, "tokenizer_config.json"))
