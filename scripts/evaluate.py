@@ -7,8 +7,9 @@
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (every `SamplerSettings` field: max_completion_length, block_length,
-diffusion_steps, temperature, ..., rollout_cache), else to StableDRLConfig's defaults; explicit flags override both,
-and the settings are checked as training checks them. The prompt style (tagged or official)
+diffusion_steps, temperature, ..., rollout_cache), else to StableDRLConfig's defaults; explicit flags override both.
+The settings, the model paths and the model are checked by training's own validation layers (`validation.py`: the
+config, `check_model_source`, the family's check in `evaluate_model`). The prompt style (tagged or official)
 follows the same precedence (default "tagged"), and so does the grading (`reward_style`, default: the prompt style):
 "tagged" scores with the task's correctness reward (1 / 0), "official" counts completions earning the task's full
 official StableDRL score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0). Completions are sampled in batches of
