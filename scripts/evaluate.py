@@ -7,8 +7,9 @@
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (every `SamplerSettings` field: max_completion_length, block_length,
-diffusion_steps, temperature, ..., rollout_cache), else to StableDRLConfig's defaults; explicit flags override both,
-and the settings are checked as training checks them. The prompt style (tagged or official)
+diffusion_steps, temperature, ..., rollout_cache), else to StableDRLConfig's defaults; explicit flags override both.
+The settings, the model paths and the model are checked by training's own validation layers (`validation.py`: the
+config, `check_model_source`, the family's check in `evaluate_model`). The prompt style (tagged or official)
 follows the same precedence (default "tagged"), and so does the grading (`reward_style`, default: the prompt style):
 "tagged" scores with the task's correctness reward (1 / 0), "official" counts completions earning the task's full
 official StableDRL score (GSM8K / MATH +1, Countdown 1, Sudoku 1.0). Completions are sampled in batches of
@@ -245,11 +246,10 @@ def load_model(args: EvaluateArguments):
     dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype, None)
     if dtype is None or (dtype != "auto" and not isinstance(dtype, torch.dtype)):
         raise ValueError(f"dtype={args.dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto.")
-    from stabledrl_trl.safety import check_local_model_path, check_safetensors_only
+    from stabledrl_trl.validation import check_model_source
 
-    check_local_model_path(args.model_name_or_path, field="model_name_or_path")
-    if not args.allow_pickle_checkpoints:
-        check_safetensors_only(args.model_name_or_path, what="model_name_or_path")
+    # training's checks of a model path (validation's inputs-before-loading layer)
+    check_model_source(args.model_name_or_path, field="model_name_or_path", allow_pickle=args.allow_pickle_checkpoints)
     load_kwargs = {} if args.allow_pickle_checkpoints else {"use_safetensors": True}
     adapter_config = os.path.join(args.model_name_or_path, "adapter_config.json")
     is_adapter = os.path.isfile(adapter_config)
@@ -264,9 +264,7 @@ def load_model(args: EvaluateArguments):
             raise ValueError(
                 f"{adapter_config} names no base model; pass --base_model_name_or_path <the model it was trained on>."
             )
-        check_local_model_path(base_path, field="base_model_name_or_path")
-        if not args.allow_pickle_checkpoints:
-            check_safetensors_only(base_path, what="base model")
+        check_model_source(base_path, field="base_model_name_or_path", allow_pickle=args.allow_pickle_checkpoints)
         base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, **load_kwargs)
         model = PeftModel.from_pretrained(base, args.model_name_or_path)  # adapter kept separate: no merge
         has_tokenizer = os.path.isfile(os.path.join(args.model_name_or_path, "tokenizer_config.json"))

@@ -126,16 +126,12 @@ def main(script_args=None, training_args=None, argv=None) -> dict:
             mlp_hidden_size=script_args.tiny_mlp_hidden_size,
         )
     else:
-        from stabledrl_trl.safety import check_local_model_path, check_safetensors_only
-        from stabledrl_trl.stabledrl_trainer import check_model_folder
+        from stabledrl_trl.validation import check_model_source
 
         path = script_args.model_name_or_path
-        check_local_model_path(path, field="model_name_or_path")
-        check_model_folder(path)
-        load_kwargs = {}
-        if not script_args.allow_pickle_checkpoints:  # as training: never unpickle weights unless asked to
-            check_safetensors_only(path, what="model_name_or_path")
-            load_kwargs["use_safetensors"] = True
+        # as training: never unpickle weights unless asked to
+        check_model_source(path, field="model_name_or_path", allow_pickle=script_args.allow_pickle_checkpoints)
+        load_kwargs = {} if script_args.allow_pickle_checkpoints else {"use_safetensors": True}
         tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
         model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs)
 

@@ -451,12 +451,10 @@ def _run(script_args, training_args, model_args):
         )
     if model_path is None:
         raise ValueError("model_name_or_path is not set: give a hub id or a local checkpoint (or tiny_model: true).")
-    from stabledrl_trl.safety import check_local_model_path
-    from stabledrl_trl.stabledrl_trainer import check_model_folder
+    from stabledrl_trl.validation import check_model_source
 
     # before the tokenizer: a missing folder is not a hub "Repo id" error
-    check_local_model_path(model_path, field="model_name_or_path")
-    check_model_folder(model_path)
+    check_model_source(model_path, field="model_name_or_path", allow_pickle=training_args.allow_pickle_checkpoints)
 
     training_args.model_init_kwargs = build_model_init_kwargs(training_args, model_args)
     tokenizer = AutoTokenizer.from_pretrained(

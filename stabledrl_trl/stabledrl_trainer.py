@@ -34,7 +34,7 @@ from trl.trainer.utils import (
 from . import multinode, safety
 from .diffusion.adapter import as_diffusion_lm, unwrap_model
 from .diffusion.estimators import estimator_standard_error
-from .diffusion.family import detect_family, detect_family_from_config, family_labels, get_family
+from .diffusion.family import detect_family, get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
     SEQUENCE_INPUT,
@@ -48,15 +48,8 @@ from .objectives import (
     weight_by_advantage_sign,
 )
 from .scoring_context import ScoringContext
-from .stabledrl_config import (
-    GROUP_NORMALISED_LOSS_TYPES,
-    OWN_LOSS_TYPES,
-    StableDRLConfig,
-    autoregressive_defaults,
-    check_diffusion_layout,
-)
-from .trl_fields import check_model_fields
-from .validation import short_repr
+from .stabledrl_config import GROUP_NORMALISED_LOSS_TYPES, OWN_LOSS_TYPES, StableDRLConfig, autoregressive_defaults
+from .validation import check_data_setup, check_inputs_before_loading, check_model_setup, short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -222,33 +215,6 @@ def expert_load_entropy(model) -> dict[str, float]:
     return {"moe/expert_load_entropy": sum(values) / len(values), "moe/expert_load_entropy_min": min(values)}
 
 
-def check_diffusion_setup(args: StableDRLConfig, family) -> None:
-    """Diffusion-only checks, run once the model's family is known: LLaDA's block layout where LLaDA's sampler runs,
-    TRL sampling options no diffusion sampler implements are refused by `trl_fields.check_model_fields`. `top_k` /
-    `top_p` are read by every diffusion sampler; what a family's sampler would ignore is `family.check`'s business."""
-    sampler = family.sampler_name(args) if getattr(family, "default_sampler", None) is not None else None
-    if args.max_completion_length is None:
-        check_diffusion_layout(None, args.block_length, args.diffusion_steps)  # raises: a dLLM needs a length
-    if sampler == "llada":
-        check_diffusion_layout(args.max_completion_length, args.block_length, args.diffusion_steps)
-
-
-def _is_diffusion_before_loading(model, args: StableDRLConfig) -> bool | None:
-    """Whether the model is a masked-diffusion LM, known before TRL loads it: `diffusion` if set, the family of a
-    model object, or the model_type / architecture of a local or hub config. None when it cannot be told."""
-    if args.diffusion is not None:
-        return bool(args.diffusion)
-    if not isinstance(model, str):
-        return detect_family(model) is not None
-    try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(model, trust_remote_code=args.trust_remote_code)
-    except Exception:  # TRL's own loading reports the problem
-        return None
-    return detect_family_from_config(config) is not None
-
-
 def _ensure_generation_config(model) -> None:
     """A masked LM (e.g. `BertForMaskedLM`) has no `generation_config` in transformers 5; TRL writes the pad id
     into it. Give it one built from the model config (the masked-diffusion samplers never read it)."""
@@ -275,105 +241,6 @@ def _generation_config_on_load():
         yield
     finally:
         grpo_module.create_model_from_path = original
-
-
-def _check_vocabulary(model, processing_class) -> None:
-    """Token ids the tokenizer can produce must index the embedding matrix: a vocabulary smaller than the tokenizer's
-    or a pad id outside it fails later as an index error deep in a forward pass (or silently on some devices)."""
-    tokenizer = getattr(processing_class, "tokenizer", processing_class)  # a processor wraps its tokenizer
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    rows = getattr(embeddings, "num_embeddings", None)
-    if rows is None or tokenizer is None or not hasattr(tokenizer, "__len__"):
-        return
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is not None and not 0 <= pad < rows:
-        raise ValueError(
-            f"pad_token_id={pad} (tokenizer) is outside the model's vocabulary (embedding rows 0..{rows - 1}). Set "
-            "tokenizer.pad_token to a token of the vocabulary (e.g. tokenizer.pad_token = tokenizer.eos_token), or "
-            "resize the model (model.resize_token_embeddings(len(tokenizer)))."
-        )
-    if len(tokenizer) > rows:
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer)} tokens but the model's embedding matrix only {rows} rows "
-            f"(config.vocab_size={getattr(model.config, 'vocab_size', None)}): ids >= {rows} would index past it. "
-            "Use the tokenizer saved with this model, or resize the model (model.resize_token_embeddings(len(tokenizer)))."
-        )
-
-
-def _check_estimator_memory(args: StableDRLConfig, family, vocab_size: int | None, device) -> None:
-    """Refuse a likelihood-estimator setting whose logits alone cannot fit in the device's memory (e.g. a huge
-    mc_samples): per forward pass, rows x max_completion_length x vocabulary float32 logits and log-probs, a lower
-    bound that ignores the prompt and the model's activations."""
-    if vocab_size is None or args.max_completion_length is None:
-        return
-    passes = family.estimator_passes(args)  # forward passes per completion (mc_samples for Monte-Carlo estimators)
-    rows = args.per_device_train_batch_size * passes
-    per_pass = rows if args.estimator_chunk_size is None else min(rows, args.estimator_chunk_size)
-    length = args.max_completion_length
-    need = per_pass * length * vocab_size * 4 * 2 + rows * length * 4 * 3  # logits + log-probs; (rows, C) outputs
-    if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-    else:
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            return
-    if need <= total:
-        return
-    fix = "lower mc_samples"
-    fit = total // (length * vocab_size * 8 * 2)
-    if args.estimator_chunk_size is None and fit >= 1 and rows * length * 12 < total // 2:
-        fix += f", or set estimator_chunk_size (rows per forward pass) to at most {fit}"
-    raise ValueError(
-        f"mc_samples={args.mc_samples} (likelihood_estimator={args.likelihood_estimator!r}): the estimator scores "
-        f"per_device_train_batch_size x {passes} passes = {rows} rows, {per_pass} per forward pass, which needs at "
-        f"least {need / 2**30:.1f} GiB for its logits alone (x {length} positions x {vocab_size} vocabulary), more "
-        f"than the {total / 2**30:.1f} GiB of the {device.type} device. Fix: {fix}."
-    )
-
-
-def check_model_folder(path: str) -> None:
-    """A local model path that is a file, or a folder whose config.json has no model_type, or whose weight index
-    does not cover its shards: clear errors before transformers' own."""
-    import json
-
-    path = os.path.expanduser(path)
-    if os.path.isfile(path):
-        raise ValueError(
-            f"model={path!r} is a file; give the folder that holds config.json and the weights (the folder written "
-            "by save_pretrained), or a hub id."
-        )
-    config_file = os.path.join(path, "config.json")
-    if not os.path.isdir(path) or not os.path.isfile(config_file):
-        return
-    try:
-        with open(config_file) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{config_file} is not valid JSON ({short_repr(str(error))}); restore it.") from None
-    if not isinstance(config, dict) or not config.get("model_type"):
-        raise ValueError(
-            f"{config_file} has no model_type, so transformers cannot tell which architecture to build. Add the "
-            'model\'s "model_type" (e.g. "llada", "Dream", "sdar", "llama") or save the model again with '
-            "save_pretrained."
-        )
-    safety.check_weight_index(path)
-
-
-def _check_inputs_before_loading(model, args: StableDRLConfig, kwargs: dict) -> None:
-    """Checks that need no loaded model: a missing local path, pickle-only weights, an empty dataset."""
-    if isinstance(model, str):
-        safety.check_local_model_path(model)
-        check_model_folder(model)
-        if not args.allow_pickle_checkpoints:
-            safety.check_safetensors_only(model)
-            args.model_init_kwargs = {"use_safetensors": True, **(args.model_init_kwargs or {})}
-    for name in ("train_dataset", "eval_dataset"):
-        data = kwargs.get(name)
-        for key, part in data.items() if isinstance(data, dict) else [(None, data)]:
-            if part is not None and hasattr(part, "__len__") and len(part) == 0:
-                label = name if key is None else f"{name}[{key!r}]"
-                raise ValueError(f"{label} has no rows: nothing would be trained or evaluated. Check the data.")
 
 
 class StableDRLTrainer(GRPOTrainer):
@@ -409,8 +276,9 @@ class StableDRLTrainer(GRPOTrainer):
     with non-finite rewards, the step's clipping) through one `ScoringContext` (`scoring_context.py`, which documents
     each field's writer and reader), created in `__init__`.
 
-    transformers `Trainer` hooks overridden for run safety: `__init__` (checks before and after TRL builds the
-    trainer), `_build_accelerator_args` (DDP's find_unused_parameters per family), `_get_grad_norm` (skips a step
+    transformers `Trainer` hooks overridden for run safety: `__init__` (the validation layers of `validation.py`:
+    `check_inputs_before_loading` before TRL builds the trainer, then `check_model_setup` and `check_data_setup`),
+    `_build_accelerator_args` (DDP's find_unused_parameters per family), `_get_grad_norm` (skips a step
     with a non-finite gradient norm), `train` (checks the output folder and the checkpoint to resume),
     `_load_from_checkpoint`, `_issue_warnings_after_load`, `_load_optimizer_and_scheduler` (name the damaged
     checkpoint file, refuse missing or non-finite weights), `save_model`, `_save_checkpoint` (refuse non-finite
@@ -444,9 +312,9 @@ class StableDRLTrainer(GRPOTrainer):
                     "(same arguments; it adds the diffusion and objective fields)."
                 )
             raise TypeError(f"args must be a StableDRLConfig, got {type(args).__name__}.")
-        _check_inputs_before_loading(model, args, kwargs)
-        diffusion_before = _is_diffusion_before_loading(model, args)
-        check_model_fields(args, diffusion_before)  # e.g. use_vllm: refused before TRL sets vLLM up
+        diffusion_before = check_inputs_before_loading(model, args, kwargs)
+        if isinstance(model, str) and not args.allow_pickle_checkpoints:
+            args.model_init_kwargs = {"use_safetensors": True, **(args.model_init_kwargs or {})}
         trl_defaults = autoregressive_defaults(args) if diffusion_before is False else {}
         if trl_defaults:  # an autoregressive model keeps TRL's rollout defaults (256 tokens, 0.9 serve dLLMs)
             args = copy.copy(args)  # the caller's config is left as it was
@@ -465,52 +333,35 @@ class StableDRLTrainer(GRPOTrainer):
         unwrapped = self.accelerator.unwrap_model(self.model)
         family = detect_family(unwrapped)
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
-        if args.diffusion is True and family is None:
-            model_type = getattr(getattr(unwrapped, "config", None), "model_type", None)
-            raise ValueError(
-                f"diffusion=True, but {type(unwrapped).__name__} (model_type={model_type!r}) is not a masked diffusion "
-                f"LM this package can sample from ({family_labels()}). Remove "
-                "diffusion (None detects it) or set diffusion=False to train it autoregressively."
-            )
-        _check_vocabulary(unwrapped, self.processing_class)
+        self._dlm = check_model_setup(
+            args,
+            unwrapped,
+            self._tokenizer,
+            family=family,
+            is_diffusion=self.is_diffusion,
+            router_aux_loss_coef=self.router_aux_loss_coef if self.aux_loss_enabled else None,
+            device=self.accelerator.device,
+        )  # the model's DiffusionAdapter, None for an autoregressive model
         self._family = family
         self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
-        if self._family_impl is not None:
-            self._family_impl.check(args, unwrapped)  # e.g. dream_alg with LLaDA's sampler, remasking with Dream's
-        self._dlm = None
-        check_model_fields(args, self.is_diffusion)
-        if self.aux_loss_enabled and (self.is_diffusion or self.loss_type in OWN_LOSS_TYPES):
-            where = "a diffusion LM's estimator" if self.is_diffusion else f"loss_type={self.loss_type!r}"
-            raise ValueError(
-                f"router_aux_loss_coef={self.router_aux_loss_coef}: {type(unwrapped).__name__} is a mixture-of-experts "
-                f"model, but {where} does not add the router auxiliary loss, so it would be silently ignored. Fix: "
-                "set router_aux_loss_coef=0.0 (no auxiliary loss), or train with a TRL loss type on an "
-                "autoregressive model."
-            )
         if self.is_diffusion:
-            check_diffusion_setup(args, self._family_impl)
-            embeddings = unwrapped.get_input_embeddings() if hasattr(unwrapped, "get_input_embeddings") else None
-            _check_estimator_memory(
-                args, self._family_impl, getattr(embeddings, "num_embeddings", None), self.accelerator.device
-            )
-            # Resolve and validate the mask / EOS / pad ids once (clear errors here, not at step 37).
-            self._dlm = as_diffusion_lm(
-                unwrapped, tokenizer=self._tokenizer, family=family, mask_token_id=args.mask_token_id
-            )
             self._mask_token_id = self._dlm.mask_token_id
             if args.completion_end == "tokenizer_eos":  # official: <|eot_id|> before the EOS is a scored token
                 self.eos_token_ids = [self._tokenizer.eos_token_id]
             else:
                 self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
-            embeddings = unwrapped.get_input_embeddings() if hasattr(unwrapped, "get_input_embeddings") else None
-            safety.check_mask_token_id(
-                args.mask_token_id,
-                self._mask_token_id,
-                getattr(getattr(unwrapped, "config", None), "mask_token_id", None),
-                getattr(self._tokenizer, "mask_token_id", None),
-                getattr(embeddings, "num_embeddings", None),
-            )
-        self._check_datasets_and_layout(unwrapped)
+        check_data_setup(
+            self.args,
+            unwrapped,
+            self._tokenizer,
+            train_dataset=self.train_dataset,
+            eval_dataset=self.eval_dataset,
+            mask_token_id=self._mask_token_id if self.is_diffusion else None,
+            is_diffusion=self.is_diffusion,
+            num_processes=self.accelerator.num_processes,
+            rollout_func=self.rollout_func,
+            tools=self.tools,
+        )
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched > 1 and self.accelerator.num_processes == 1:
             raise RuntimeError(
@@ -522,7 +373,6 @@ class StableDRLTrainer(GRPOTrainer):
             # checkpoints are written once (global rank 0) and read by every rank on resume: one shared output_dir
             multinode.check_shared_directory(args.output_dir, "output_dir")
         self._nonfinite_grad_streak = 0
-        self._check_reward_text(args)
         self._scoring = ScoringContext(mask_stream=(_STREAM_OLD, 0))  # what the hooks pass each other per step
         self._all_clipped_streak = 0
         self._nonfinite_reward_streak = 0
@@ -545,39 +395,6 @@ class StableDRLTrainer(GRPOTrainer):
                 if isinstance(handler, DistributedDataParallelKwargs):
                     handler.find_unused_parameters = False
         return accelerator_args
-
-    def _check_datasets_and_layout(self, unwrapped):
-        """Dataset problems and an eval layout that splits groups, found when the trainer is built."""
-        args = self.args
-        config = getattr(unwrapped, "config", None)
-        max_positions = getattr(config, "max_position_embeddings", None)
-        mask = self._mask_token_id if self.is_diffusion else None
-        datasets = [("train_dataset", self.train_dataset)]
-        evals = self.eval_dataset
-        for key, part in evals.items() if isinstance(evals, dict) else [(None, evals)]:
-            datasets.append(("eval_dataset" if key is None else f"eval_dataset[{key!r}]", part))
-        for name, data in datasets:
-            safety.check_prompt_dataset(data, name, self._tokenizer, mask, max_positions, args.max_completion_length)
-        data = self.train_dataset
-        if data is not None and hasattr(data, "__len__"):
-            needed = args.generation_batch_size // self.num_generations  # distinct prompts per generation batch
-            if len(data) < needed:
-                raise ValueError(
-                    f"train_dataset has {len(data)} prompt(s), fewer than the {needed} one generation batch needs "
-                    f"(generation_batch_size={args.generation_batch_size} = per_device_train_batch_size="
-                    f"{args.per_device_train_batch_size} x steps_per_generation={args.steps_per_generation} x "
-                    f"{self.accelerator.num_processes} process(es), / num_generations={self.num_generations}): "
-                    "incomplete batches are dropped, so no step would run and train() would return at once. Add "
-                    "prompts, or lower per_device_train_batch_size / steps_per_generation (or raise num_generations)."
-                )
-        if self.eval_dataset is not None and self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
-            g = self.num_generations_eval
-            if args.per_device_eval_batch_size % g != 0:
-                raise ValueError(
-                    f"per_device_eval_batch_size={args.per_device_eval_batch_size} is not a multiple of the eval group "
-                    f"size {g} (num_generations_eval, else num_generations): loss_type={self.loss_type!r} normalises "
-                    f"whole groups. Set per_device_eval_batch_size to a multiple of {g}."
-                )
 
     def _get_grad_norm(self, model, grad_norm=None):
         """transformers hook, run right before `optimizer.step()`: a step with a non-finite gradient norm is skipped.
@@ -772,21 +589,6 @@ class StableDRLTrainer(GRPOTrainer):
         card.save(os.path.join(self.args.output_dir, "README.md"))
 
     # ------------------------------------------------------------------ helpers
-
-    def _check_reward_text(self, args) -> None:
-        """reward_text="canvas" needs a diffusion rollout canvas of exactly the rows TRL scores."""
-        if args.reward_text != "canvas":
-            return
-        if not self.is_diffusion:
-            raise ValueError(
-                "reward_text='canvas' grades the whole generation canvas of a diffusion LM, but this model generates "
-                "autoregressively (no canvas, nothing after its EOS); set reward_text='completion'."
-            )
-        if self.rollout_func is not None or self.tools:
-            raise ValueError(
-                "reward_text='canvas' is not available with rollout_func or tools (their completions are not one "
-                "sampler canvas per row); set reward_text='completion'."
-            )
 
     def _canvas_completions(self, completions: list) -> list:
         """`completions` with each text replaced by its row's decoded canvas (special tokens skipped), in the

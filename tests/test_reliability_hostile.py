@@ -612,7 +612,7 @@ def test_huge_mc_samples_is_refused_with_the_memory_it_needs(tmp_path):
 def test_estimator_memory_estimate_counts_chunks():
     from types import SimpleNamespace
 
-    from stabledrl_trl.stabledrl_trainer import _check_estimator_memory
+    from stabledrl_trl.validation import check_estimator_memory
 
     family = SimpleNamespace(estimator_passes=lambda args: args.mc_samples)
     args = SimpleNamespace(
@@ -620,9 +620,9 @@ def test_estimator_memory_estimate_counts_chunks():
         likelihood_estimator="block_random",
     )  # fmt: skip
     with pytest.raises(ValueError, match="estimator_chunk_size"):
-        _check_estimator_memory(args, family, 32000, torch.device("cpu"))
+        check_estimator_memory(args, family, 32000, torch.device("cpu"))
     args.estimator_chunk_size = 4  # 4 rows per pass: only the (rows, C) outputs grow with mc_samples
-    _check_estimator_memory(args, family, 32000, torch.device("cpu"))
+    check_estimator_memory(args, family, 32000, torch.device("cpu"))
 
 
 def test_overlong_string_fields_and_huge_reward_outputs_print_bounded(tmp_path):
