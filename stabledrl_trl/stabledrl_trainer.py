@@ -192,23 +192,34 @@ def _wrap_reward_func(func):
     return wrapped
 
 
-def expert_load_entropy(model) -> dict[str, float]:
+def expert_load_entropy(model, reduce=None) -> dict[str, float]:
     """Routing health of a mixture-of-experts model, then a reset of the counts it read.
 
     Every router module exposing `expert_load` (E,) (tokens routed to each expert since its last reset, e.g.
     LLaDA2's `mlp.gate`) gives the normalised entropy H(p) / log E of p = load / sum(load): 1 = a uniform load,
     0 = every token on one expert (a routing collapse). Returns {"moe/expert_load_entropy": mean over routers,
     "moe/expert_load_entropy_min": the lowest router}, or {} for a model without routers.
+    reduce: sums a tensor over processes (the trainer passes accelerate's `reduce(..., "sum")` under data
+    parallelism), so the entropy is that of the step's whole load, not of one process's share; called once, on the
+    concatenated counts of every router, by every process.
     """
-    values = []
+    loads = []
     for module in unwrap_model(model).modules():
         load = getattr(module, "expert_load", None)
-        if not isinstance(load, torch.Tensor) or load.dim() != 1 or load.numel() < 2:
-            continue
-        total = float(load.sum())
+        if isinstance(load, torch.Tensor) and load.dim() == 1 and load.numel() >= 2:
+            loads.append(load)
+    if not loads:
+        return {}
+    counts = torch.cat([load.detach().double() for load in loads])  # (sum of E,) every router's counts
+    if reduce is not None:
+        counts = reduce(counts)
+    values = []
+    for part in counts.split([load.numel() for load in loads]):  # (E,) per router
+        total = float(part.sum())
         if total > 0:
-            p = load.double() / total  # (E,)
-            values.append(float(-(p * p.clamp_min(1e-300).log()).sum()) / math.log(load.numel()))
+            p = part / total  # (E,)
+            values.append(float(-(p * p.clamp_min(1e-300).log()).sum()) / math.log(part.numel()))
+    for load in loads:
         load.zero_()
     if not values:
         return {}
@@ -1022,7 +1033,13 @@ class StableDRLTrainer(GRPOTrainer):
         output = super().training_step(model, inputs, num_items_in_batch)
         if self._step % self.current_gradient_accumulation_steps == 0:  # the optimiser step ends here (as TRL)
             self._end_clipping_step()
-            for name, value in expert_load_entropy(model).items():  # routing of this step's forwards (MoE models)
+            reduce = None
+            if self.accelerator.num_processes > 1:  # the whole step's routing, not this process's share
+
+                def reduce(counts):
+                    return self.accelerator.reduce(counts.to(self.accelerator.device), reduction="sum").cpu()
+
+            for name, value in expert_load_entropy(model, reduce).items():  # routing of this step's forwards
                 self._metrics["train"][name].append(value)
         return output
 

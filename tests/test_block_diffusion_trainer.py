@@ -254,3 +254,29 @@ def test_expert_load_entropy_by_hand():
     assert stats["moe/expert_load_entropy_min"] == pytest.approx(collapsed)
     assert all(g.expert_load.sum() == 0 for g in gates)
     assert expert_load_entropy(make_sdar()) == {}
+
+
+def test_expert_load_entropy_is_that_of_every_process_load():
+    """Under data parallelism the counts are summed over processes first: two processes that each route every token
+    to one (different) expert have a balanced load together, not a collapsed one."""
+    model = make_llada2()
+    gates = [layer.mlp.gate for layer in model.model.layers[1:]]
+    here = [torch.tensor([4.0, 0, 0, 0, 0, 0, 0, 0]), torch.tensor([0.0, 0, 3, 0, 0, 0, 0, 0])]
+    there = torch.cat([torch.tensor([0.0, 4, 0, 0, 0, 0, 0, 0]), torch.tensor([0.0, 0, 0, 0, 0, 0, 0, 1])]).double()
+    for gate, load in zip(gates, here):
+        gate.expert_load.copy_(load)
+    calls = []
+
+    def reduce(counts):  # what accelerate's reduce(..., "sum") returns with a second process holding `there`
+        calls.append(counts.shape)
+        return counts + there
+
+    stats = expert_load_entropy(model, reduce)
+    log8 = torch.log(torch.tensor(8.0))
+    balanced = float(torch.log(torch.tensor(2.0)) / log8)  # [4, 4]: two experts equally
+    p = torch.tensor([0.75, 0.25])
+    skewed = float(-(p * p.log()).sum() / log8)  # [3, 1]
+    assert calls == [(16,)]  # one call for every router's counts
+    assert stats["moe/expert_load_entropy"] == pytest.approx((balanced + skewed) / 2)
+    assert stats["moe/expert_load_entropy_min"] == pytest.approx(skewed)
+    assert expert_load_entropy(model, reduce) != stats  # counts were reset: now only the other process's load
