@@ -22,18 +22,43 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-# Flags named differently from the StableDRLConfig field (SamplerSettings field) they set; every other sampler
-# flag has the field's name.
+# Flags named differently from the StableDRLConfig field (SamplerSettings field) they set (LLaDA's generate.py names);
+# every other sampler flag has the field's name.
 RENAMED_FLAGS = {"gen_length": "max_completion_length", "steps": "diffusion_steps", "sampler": "diffusion_sampler"}
 
 
+def _sampler_flags():
+    """One optional flag per `SamplerSettings` field, its help taken from the `StableDRLConfig` field it sets: the
+    list of sampler settings is written once, in `SamplerSettings`."""
+    import typing
+
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
+    from stabledrl_trl.stabledrl_config import StableDRLConfig
+
+    config_fields = StableDRLConfig.__dataclass_fields__
+    hints = typing.get_type_hints(SamplerSettings)
+    flag_of = {name: flag for flag, name in RENAMED_FLAGS.items()}
+    flags = []
+    for name in SamplerSettings.field_names():
+        kind = hints[name]
+        kind = kind if type(None) in typing.get_args(kind) else kind | None  # None: not given on the command line
+        where = name if name not in flag_of else f"{name}, here --{flag_of[name]}"
+        help_text = f"[sampler: {where}] {config_fields[name].metadata.get('help', '')}"
+        flags.append((flag_of.get(name, name), kind, field(default=None, metadata={"help": help_text})))
+    return make_dataclass("SamplerFlags", flags)
+
+
+SamplerFlags = _sampler_flags()
+
+
 @dataclass
-class EvaluateArguments:
-    """Options of scripts/evaluate.py."""
+class EvaluateArguments(SamplerFlags):
+    """Options of scripts/evaluate.py. The sampler flags (`SamplerFlags`, one per `SamplerSettings` field) default to
+    the training YAML's value (`--training_config`), else to StableDRLConfig's default."""
 
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Model folder or hub id, or a LoRA adapter folder (saved with peft)."}
@@ -73,38 +98,6 @@ class EvaluateArguments:
     training_config: str | None = field(
         default=None,
         metadata={"help": "The training run's YAML; its sampler settings become the defaults of the flags below."},
-    )
-    gen_length: int | None = field(
-        default=None, metadata={"help": "Completion length (training: max_completion_length)."}
-    )
-    block_length: int | None = field(default=None, metadata={"help": "Semi-autoregressive block length."})
-    steps: int | None = field(default=None, metadata={"help": "Denoising steps (training: diffusion_steps)."})
-    temperature: float | None = field(default=None, metadata={"help": "Sampling temperature (0 = greedy)."})
-    remasking: str | None = field(default=None, metadata={"help": "'low_confidence' or 'random'."})
-    cfg_scale: float | None = field(default=None, metadata={"help": "Classifier-free guidance scale (0 = off)."})
-    sampler: str | None = field(
-        default=None,
-        metadata={
-            "help": "'auto' (the model family's own sampler), 'llada' or 'dream' (training: diffusion_sampler)."
-        },
-    )
-    dream_alg: str | None = field(
-        default=None, metadata={"help": "Dream sampler: entropy, maskgit_plus, topk_margin or origin."}
-    )
-    dream_alg_temp: float | None = field(default=None, metadata={"help": "Dream sampler: position temperature."})
-    dream_eps: float | None = field(default=None, metadata={"help": "Dream sampler: final time of the schedule."})
-    top_p: float | None = field(
-        default=None, metadata={"help": "Nucleus filtering of the candidate draw, every sampler (1.0 = off)."}
-    )
-    top_k: int | None = field(default=None, metadata={"help": "Top-k filtering of the candidate draw, every sampler (0 = off)."})
-    block_denoising_steps: int | None = field(
-        default=None, metadata={"help": "Block diffusion: denoising steps per block (None = the block size)."}
-    )
-    block_remasking: str | None = field(
-        default=None, metadata={"help": "Block diffusion: low_confidence_dynamic or low_confidence_static."}
-    )
-    block_confidence_threshold: float | None = field(
-        default=None, metadata={"help": "Block diffusion: threshold of low_confidence_dynamic."}
     )
     batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -332,3 +333,23 @@ def test_official_grading_is_written_to_the_json(evaluate_script, checkpoints, t
     records = written["records"]
     assert all(r["correct"] == (r["reward"] >= 1.0) and 0.0 <= r["reward"] <= 1.0 for r in records)
     assert written["accuracy"] == sum(r["correct"] for r in records) / len(records)
+
+
+def test_every_sampler_setting_is_a_flag_that_reaches_the_settings(evaluate_script, tmp_path):
+    """The flags are built from `SamplerSettings` (no second list): each field has one flag, and a value given on the
+    command line arrives in the evaluation's settings under the field's name."""
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
+
+    flags = {f.name for f in dataclasses.fields(evaluate_script.SamplerFlags)}
+    renamed = evaluate_script.RENAMED_FLAGS
+    assert {renamed.get(flag, flag) for flag in flags} == set(SamplerSettings.field_names())
+    given = {"gen_length": "12", "steps": "6", "block_length": "4", "temperature": "0.5", "rollout_cache": "dual",
+             "parallel_threshold": "0.8", "top_k": "5", "reward_text": "canvas"}  # fmt: skip
+    argv = [f"--{k}={v}" for k, v in given.items()]
+    (args,) = evaluate_script.make_parser().parse_args_and_config(argv)
+    settings = evaluate_script.sampler_settings(args)
+    assert (settings.max_completion_length, settings.diffusion_steps, settings.block_length) == (12, 6, 4)
+    assert (settings.temperature, settings.rollout_cache, settings.parallel_threshold) == (0.5, "dual", 0.8)
+    assert (settings.top_k, settings.reward_text) == (5, "canvas")
+    with pytest.raises(ValueError, match="rollout_cache"):
+        evaluate_script.sampler_settings(evaluate_script.make_parser().parse_args_and_config(["--rollout_cache=x"])[0])
