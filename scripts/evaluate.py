@@ -131,7 +131,7 @@ def make_parser(subparsers=None):
 
 def sampler_settings(args: EvaluateArguments):
     """The evaluation's `SamplerSettings`: explicit flag > the training YAML's value > StableDRLConfig's default, for
-    every sampler setting (a setting without a flag, e.g. rollout_cache, comes from the training YAML), checked as
+    every sampler setting (each has a flag: `SamplerFlags`), checked as
     training checks them; the error names the training field, and this script's flag where it is renamed."""
     from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
 
