@@ -78,7 +78,7 @@ def measure(model, tokenizer, prompts, args, canvas: int, samples: int, seed: in
     }
 
 
-def main(argv=None):
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=256, help="held-out digit_sort prompts (one rollout each)")
     p.add_argument("--canvas", type=int, default=8, help="max_completion_length (configs/tiny.yaml: 8)")
@@ -87,7 +87,11 @@ def main(argv=None):
     p.add_argument("--sft-cache-dir", default=".cache/stabledrl_tiny")
     p.add_argument("--output-dir", default="outputs/bench_eos_tail")
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
