@@ -210,7 +210,7 @@ def _architecture(data: dict) -> str:
     if data["settings"]["model"] == "llada2":
         dense = m["first_k_dense_replace"]
         text += (
-            f", the first {dense} layer{'s' if dense != 1 else ''} dense, then {m['num_experts']} experts of width "
+            f", the first {'layer' if dense == 1 else f'{dense} layers'} dense, then {m['num_experts']} experts of width "
             f"{m['moe_intermediate_size']}, {m['num_experts_per_tok']} per token, {m['num_shared_experts']} shared"
         )
     return text
