@@ -728,7 +728,7 @@ def render_speed(data: dict) -> str:
     p = data["parameters"]
     lines.append(f"- Output head: {p['head'] / 1e6:.1f}M parameters, {p['head'] / p['layers']:.1f}x the "
                  f"{p['layers'] / 1e6:.1f}M of the transformer layers.")  # fmt: skip
-    return text + "\n".join(lines) + "\n" + results.provenance_line(data)
+    return text + "\n".join(lines) + "\n\n" + results.provenance_line(data)  # a blank line ends the list
 
 
 def render_accuracy(data: dict) -> str:
