@@ -52,7 +52,8 @@ def test_tiny_run_writes_json_and_readme_block(load_script, tmp_path, monkeypatc
     rows = bench.main(argv)
     data = json.loads((docs / "bench_memory.json").read_text())
     assert [r["k"] for r in data["rows"]] == [1, 2] and data["rows"] == rows
-    assert all(r["peak_bytes"] > 0 and r["unchunked_peak_bytes"] > 0 and r["seconds"] > 0 for r in rows)
+    # at this tiny shape the estimate's peak can stay under the process's earlier peak (growth 0, page granularity)
+    assert all(r["peak_bytes"] >= 0 and r["unchunked_peak_bytes"] >= 0 and r["seconds"] > 0 for r in rows), rows
     assert data["provenance"]["command"].startswith("python scripts/bench_memory.py --device cpu")
     assert data["settings"]["chunk_size"] == 4 and data["settings"]["threads"] == 1
     assert bench.results.marked_blocks(readme.read_text()) == {"bench_memory": bench.render(data)}
