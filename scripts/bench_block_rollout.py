@@ -13,13 +13,22 @@ below. With `--model llada2` the sampler runs LLaDA2's rules (whole-block canvas
 tokens (its logit is never the argmax of a random model anyway, and the EOS id is set outside the vocabulary) so that
 every row generates all `--gen-length` tokens and both modes do the full amount of work.
 
-Usage: python scripts/bench_block_rollout.py [--model sdar|llada2] [--gen-length 256] [--batch-size 4] ...
-Prints a table: mode, seconds, generated tokens/s, speed-up over recompute, token identity.
+Times are wall-clock seconds (`time.perf_counter`), so other load on a shared machine moves them.
+
+    python scripts/bench_block_rollout.py [--model sdar|llada2] [--gen-length 256] [--batch-size 4] ...
+    python scripts/bench_block_rollout.py --gen-length 256 --threads 1 --write-readme
+    python scripts/bench_block_rollout.py --readme-only     # README.md's blocks from docs/bench_block_rollout_*.json
+
+Prints a table: mode, seconds, generated tokens/s, speed-up over recompute, forwards, token identity.
+`--write-readme` writes the result (settings, the model's shape, rows, provenance: commit, command, versions) to
+`<docs-dir>/bench_block_rollout_<model>.json` and rewrites README.md's `bench_block_rollout_<model>` block from it
+(`readme_blocks`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +39,10 @@ try:
     import stabledrl_trl  # noqa: F401
 except ImportError:  # run from a checkout without installing: the package sits next to scripts/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stabledrl_trl import results  # noqa: E402
+
+MODELS = ("sdar", "llada2")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -51,6 +64,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (None keeps torch's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--docs-dir", default=results.DOCS, help="where --write-readme writes bench_block_rollout_<model>.json"
+    )
+    p.add_argument("--write-readme", action="store_true",
+                   help="write <docs-dir>/bench_block_rollout_<model>.json and README.md's block from it")  # fmt: skip
+    p.add_argument("--readme-only", action="store_true",
+                   help="measure nothing: rewrite README.md's blocks from the JSON files in --docs-dir")  # fmt: skip
     return p
 
 
@@ -97,6 +117,14 @@ def build_model(args):
     return model.to(device=args.device, dtype=getattr(torch, args.dtype)).eval()
 
 
+def ragged_prompt_mask(batch_size: int, prompt_length: int) -> torch.Tensor:
+    """(B, P) attention mask of left-padded prompts: row r has r % 4 padding positions on the left."""
+    mask = torch.ones(batch_size, prompt_length, dtype=torch.long)
+    for row in range(batch_size):
+        mask[row, : row % 4] = 0
+    return mask
+
+
 def run(args) -> list[dict]:
     """Time both modes once each (after a short warm-up) and return one result row per mode."""
     from stabledrl_trl.diffusion.block_sampler import block_generate
@@ -107,9 +135,7 @@ def run(args) -> list[dict]:
     g = torch.Generator().manual_seed(args.seed)
     B, P = args.batch_size, args.prompt_length
     prompt = torch.randint(2, args.vocab_size, (B, P), generator=g)
-    mask = torch.ones(B, P, dtype=torch.long)
-    for row in range(B):  # ragged prompts: row r has r % 4 left-padding positions
-        mask[row, : row % 4] = 0
+    mask = ragged_prompt_mask(B, P)
     prompt, mask = prompt.to(args.device), mask.to(args.device)
     common = dict(mask_token_id=1, eos_token_ids=[args.vocab_size + 1], pad_token_id=0, block_size=args.block_size,
                   denoising_steps=args.steps, temperature=args.temperature, remasking=args.remasking,
@@ -151,10 +177,112 @@ def print_table(rows, args) -> None:
               f"{'yes' if r['identical'] else 'NO'} |")  # fmt: skip
 
 
+def model_shape(model) -> dict:
+    """The sizes of the built model that the README states (from its config)."""
+    c = model.config
+    keys = [
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "block_size",
+    ]
+    keys += [
+        "num_experts",
+        "moe_intermediate_size",
+        "num_experts_per_tok",
+        "num_shared_experts",
+        "first_k_dense_replace",
+    ]
+    return {k: getattr(c, k) for k in keys if getattr(c, k, None) is not None}
+
+
+# --- README rendering: from the JSON alone ------------------------------------------------------------------------
+
+
+def _architecture(data: dict) -> str:
+    m = data["model_shape"]
+    text = (
+        f"hidden {m['hidden_size']}, {m['num_hidden_layers']} layers, GQA {m['num_attention_heads']}/"
+        f"{m['num_key_value_heads']}, vocab {m['vocab_size']}"
+    )
+    if data["settings"]["model"] == "llada2":
+        dense = m["first_k_dense_replace"]
+        text += (
+            f", the first {'layer' if dense == 1 else f'{dense} layers'} dense, then {m['num_experts']} experts of width "
+            f"{m['moe_intermediate_size']}, {m['num_experts_per_tok']} per token, {m['num_shared_experts']} shared"
+        )
+    return text
+
+
+def render(data: dict) -> str:
+    """The README block of one model: the setting, the two modes' table, the speed-up and the forward counts in one
+    sentence, and the provenance line."""
+    s, rows = data["settings"], data["rows"]
+    name = {"sdar": "SDAR", "llada2": "LLaDA2"}[s["model"]]
+    lengths = data["prompt_lengths"]
+    threads = f", {s['threads']} thread{'s' if s['threads'] != 1 else ''}" if s["threads"] else ""
+    steps = s["steps"] or data["model_shape"]["block_size"]
+    text = (
+        f"{name}-architecture model ({_architecture(data)}), random weights, {s['dtype']}; batch {s['batch_size']} "
+        f"ragged prompts of {min(lengths)}-{max(lengths)} tokens, block {data['model_shape']['block_size']}, {steps} "
+        f"steps per block ({s['remasking']}), temperature {s['temperature']:g}, no reachable EOS so every row "
+        f"generates all {s['gen_length']} tokens; {s['device']}{threads}; wall-clock seconds.\n\n"
+    )
+    text += results.markdown_table(
+        ["mode", "seconds", "tokens/s", "x recompute", "forwards", "identical tokens"],
+        [[r["mode"], f"{r['seconds']:.2f}", f"{r['tokens_per_s']:.1f}", f"{r['speedup']:.2f}", r["forwards"],
+          "yes" if r["identical"] else "NO"] for r in rows],
+    )  # fmt: skip
+    full, cached = rows
+    extra = cached["forwards"] - full["forwards"]
+    text += (
+        f"\nThe KV cache is {cached['speedup']:.2f}x as fast as recomputing the prefix, with "
+        f"{'identical' if cached['identical'] else 'DIFFERENT'} tokens; it runs {abs(extra)} "
+        f"{'more' if extra >= 0 else 'fewer'} forwards ({cached['forwards']} against {full['forwards']}).\n"
+    )
+    return text + results.provenance_line(data)
+
+
+def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
+    """{"bench_block_rollout_<model>": rendered block} for every docs_dir/bench_block_rollout_<model>.json."""
+    blocks = {}
+    for model in MODELS:
+        path = os.path.join(docs_dir, f"bench_block_rollout_{model}.json")
+        if os.path.isfile(path):
+            blocks[f"bench_block_rollout_{model}"] = render(results.read_json(path))
+    return blocks
+
+
 def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
+    if args.readme_only:
+        blocks = readme_blocks(args.docs_dir)
+        if not blocks:
+            raise SystemExit(f"--readme-only: no bench_block_rollout_<model>.json in {args.docs_dir}")
+        results.write_readme_blocks(blocks)
+        return 0
+    block = f"bench_block_rollout_{args.model}"
+    provenance = results.provenance(__file__, argv)  # the code as the run starts
+    if args.write_readme:
+        results.check_readme_blocks([block])
     rows = run(args)
     print_table(rows, args)
+    if args.write_readme:
+        build = build_model(args)
+        settings = {k: v for k, v in vars(args).items() if k not in ("write_readme", "readme_only", "docs_dir")}
+        data = {
+            "provenance": provenance,
+            "settings": settings,
+            "model_shape": model_shape(build),
+            "prompt_lengths": ragged_prompt_mask(args.batch_size, args.prompt_length).sum(1).tolist(),
+            "rows": rows,
+        }
+        path = os.path.join(args.docs_dir, f"{block}.json")
+        results.write_json(path, data)
+        results.write_readme_blocks({block: readme_blocks(args.docs_dir)[block]})
+        print(f"wrote {path} and README.md's {block} block")
     return 0 if rows[0]["identical"] else 1  # differing tokens would mean the cache is not exact
 
 

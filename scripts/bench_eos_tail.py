@@ -2,6 +2,8 @@
 
     python scripts/bench_eos_tail.py                        # SFT-warmed tiny model on digit_sort, 256 rollouts
     python scripts/bench_eos_tail.py --canvas 16 --samples 128
+    python scripts/bench_eos_tail.py --rows 128 --samples 32 --write-readme
+    python scripts/bench_eos_tail.py --readme-only          # README.md's block from docs/bench_eos_tail.json
 
 A diffusion rollout is a fixed canvas of `max_completion_length` positions; after the first EOS the estimator
 shows the rest either as visible EOS tokens ("visible", as the sampler saw them) or as mask tokens ("masked", the
@@ -12,7 +14,9 @@ Rollouts are sampled from the SFT warm-up of `configs/tiny.yaml` (cached in `--s
 architecture at random initialisation; for each, the block-random ELBO (per-token mean, as StableDRL) is computed
 with `--samples` Monte-Carlo masks under both options. Printed: the mean ELBO of each, the mean and the largest
 per-row difference, and the per-row difference relative to the estimator's own spread (2 samples, the official
-count) so the size of the effect can be read against the noise.
+count) so the size of the effect can be read against the noise. `--write-readme` writes the result (settings, both
+models' rows, provenance: commit, command, versions) to `<docs-dir>/bench_eos_tail.json` and rewrites README.md's
+`bench_eos_tail` block from it (`readme_blocks`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,17 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from stabledrl_trl import results  # noqa: E402
+
+BLOCK = "bench_eos_tail"
+TEMPERATURE = 0.9  # rollouts at the official temperature
+P_MASK_PROMPT = 0.15  # the official block-random estimator masks prompt tokens too
+SFT = dict(task="digit_sort", seed=0, max_steps=200, learning_rate=1e-3, num_samples=5000, completion_length=8)
+MODELS = {
+    "sft": f"SFT warm-up (`configs/tiny.yaml`, {SFT['max_steps']} steps)",
+    "random": "same architecture, random init",
+}
 
 
 def measure(model, tokenizer, prompts, args, canvas: int, samples: int, seed: int) -> dict:
@@ -42,8 +57,9 @@ def measure(model, tokenizer, prompts, args, canvas: int, samples: int, seed: in
     def config(**kw):
         return StableDRLConfig(
             output_dir=os.path.join(args.output_dir, "unused"), use_cpu=True, bf16=False, report_to="none",
-            max_completion_length=canvas, block_length=canvas, diffusion_steps=canvas, temperature=0.9,
-            likelihood_estimator="block_random", estimator_block_size=args.block_size, p_mask_prompt=0.15, **kw,
+            max_completion_length=canvas, block_length=canvas, diffusion_steps=canvas, temperature=TEMPERATURE,
+            likelihood_estimator="block_random", estimator_block_size=args.block_size, p_mask_prompt=P_MASK_PROMPT,
+            **kw,
         )  # fmt: skip
 
     with torch.no_grad():
@@ -78,7 +94,7 @@ def measure(model, tokenizer, prompts, args, canvas: int, samples: int, seed: in
     }
 
 
-def main(argv=None):
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=256, help="held-out digit_sort prompts (one rollout each)")
     p.add_argument("--canvas", type=int, default=8, help="max_completion_length (configs/tiny.yaml: 8)")
@@ -87,7 +103,64 @@ def main(argv=None):
     p.add_argument("--sft-cache-dir", default=".cache/stabledrl_tiny")
     p.add_argument("--output-dir", default="outputs/bench_eos_tail")
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
+    p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_eos_tail.json")
+    p.add_argument("--write-readme", action="store_true",
+                   help="write <docs-dir>/bench_eos_tail.json and README.md's bench_eos_tail block from it")  # fmt: skip
+    p.add_argument("--readme-only", action="store_true",
+                   help="measure nothing: rewrite README.md's block from <docs-dir>/bench_eos_tail.json")  # fmt: skip
+    return p
+
+
+# --- README rendering: from the JSON alone ------------------------------------------------------------------------
+
+
+def render(data: dict) -> str:
+    """The README block: the setting, one table row per model, the trained model's effect against the estimator's
+    noise and the rows without a tail in two sentences, and the provenance line."""
+    s, rows = data["settings"], data["rows"]
+    text = (
+        f"Block-random ELBO (per-token mean), {s['samples']} MC masks per estimate (same per-row masks under both "
+        f"options), {s['canvas']}-position canvas, estimator blocks of {s['block_size']}, prompt masking "
+        f"{data['p_mask_prompt']}; one rollout per held-out digit_sort prompt ({s['rows']}) at temperature "
+        f"{data['temperature']}.\n\n"
+    )
+    header = ["model", "rows with a tail", "mean tail length", "ELBO visible", "ELBO masked",
+              "mean diff (masked - visible)", "mean abs diff", "max abs diff", "estimator sd at K = 2"]  # fmt: skip
+    table = [
+        [MODELS[key], f"{r['rows_with_tail']}/{r['rows']}", f"{r['tail_length_mean']:.2f}", f"{r['elbo_visible']:.4f}",
+         f"{r['elbo_masked']:.4f}", f"{r['diff_mean']:+.3f}", f"{r['abs_diff_mean']:.3f}", f"{r['abs_diff_max']:.3f}",
+         f"{r['estimator_sd_k2']:.3f}"]
+        for key, r in rows.items()
+    ]  # fmt: skip
+    text += results.markdown_table(header, table)
+    sft = rows["sft"]
+    untouched = max(r["no_tail_abs_diff_max"] for r in rows.values())
+    text += (
+        f"\nOn the trained model the masked tail changes the per-token ELBO by {sft['diff_mean']:+.3f} on average "
+        f"over the rows with a tail and a row by up to {sft['abs_diff_max']:.2f}, against a 2-sample estimator sd of "
+        f"{sft['estimator_sd_k2']:.2f}. Rows without a tail: largest difference {untouched:.3g}"
+        f"{' (unchanged)' if untouched == 0 else ''}.\n"
+    )
+    return text + results.provenance_line(data)
+
+
+def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
+    """{"bench_eos_tail": the block rendered from docs_dir/bench_eos_tail.json} ({} when the file is absent)."""
+    path = os.path.join(docs_dir, f"{BLOCK}.json")
+    return {BLOCK: render(results.read_json(path))} if os.path.isfile(path) else {}
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
+    if args.readme_only:
+        blocks = readme_blocks(args.docs_dir)
+        if not blocks:
+            raise SystemExit(f"--readme-only: no {BLOCK}.json in {args.docs_dir}; run with --write-readme first")
+        results.write_readme_blocks(blocks)
+        return {}
+    provenance = results.provenance(__file__, argv)  # the code as the run starts
+    if args.write_readme:
+        results.check_readme_blocks([BLOCK])
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -95,10 +168,7 @@ def main(argv=None):
     from stabledrl_trl.tasks import load_task_dataset
 
     torch.set_num_threads(1)
-    path = prepare_sft_model(
-        args.sft_cache_dir, task="digit_sort", seed=0, max_steps=200, learning_rate=1e-3, num_samples=5000,
-        completion_length=8, progress=False,
-    )  # fmt: skip
+    path = prepare_sft_model(args.sft_cache_dir, progress=False, **SFT)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     prompts = load_task_dataset("digit_sort", "test", num_samples=args.rows, seed=0)["prompt"]
     trained = AutoModelForCausalLM.from_pretrained(path).eval()
@@ -106,24 +176,18 @@ def main(argv=None):
         torch.manual_seed(args.seed)
         random_init = AutoModelForCausalLM.from_config(trained.config).eval()
     rows = {
-        "SFT warm-up": measure(trained, tokenizer, prompts, args, args.canvas, args.samples, args.seed),
-        "random init": measure(random_init, tokenizer, prompts, args, args.canvas, args.samples, args.seed),
+        "sft": measure(trained, tokenizer, prompts, args, args.canvas, args.samples, args.seed),
+        "random": measure(random_init, tokenizer, prompts, args, args.canvas, args.samples, args.seed),
     }
-    print(
-        f"block-random ELBO (per-token mean), {args.samples} MC masks, canvas {args.canvas}, estimator blocks of "
-        f"{args.block_size}, {args.rows} rollouts at temperature 0.9\n"
-    )
-    print(
-        "| model | rows with a tail | mean tail length | ELBO visible | ELBO masked | mean diff (masked - visible) | "
-        "mean abs diff | max abs diff | max abs diff, rows without tail | estimator sd at K=2 |"
-    )
-    print("|---" * 10 + "|")
-    for name, r in rows.items():
-        print(
-            f"| {name} | {r['rows_with_tail']}/{r['rows']} | {r['tail_length_mean']:.2f} | {r['elbo_visible']:.4f} | "
-            f"{r['elbo_masked']:.4f} | {r['diff_mean']:+.4f} | {r['abs_diff_mean']:.4f} | {r['abs_diff_max']:.4f} | "
-            f"{r['no_tail_abs_diff_max']:.2g} | {r['estimator_sd_k2']:.4f} |"
-        )
+    settings = {k: v for k, v in vars(args).items() if k not in ("write_readme", "readme_only", "docs_dir")}
+    data = {"provenance": provenance, "settings": settings, "sft": SFT, "temperature": TEMPERATURE, "p_mask_prompt": P_MASK_PROMPT,
+            "rows": rows}  # fmt: skip
+    print(render(data))
+    if args.write_readme:
+        out = os.path.join(args.docs_dir, f"{BLOCK}.json")
+        results.write_json(out, data)
+        results.write_readme_blocks(readme_blocks(args.docs_dir))
+        print(f"wrote {out} and README.md's {BLOCK} block")
     return rows
 
 

@@ -17,9 +17,16 @@ the growth of its peak resident set size (`resource.getrusage(...).ru_maxrss`) f
 after backward; the model and batch are built before the first reading, so the growth is the activations, logits and
 gradients. The subprocess runs with a fixed glibc mmap threshold (MALLOC_MMAP_THRESHOLD_=65536) so that freed large
 tensors go back to the system and the RSS peak follows the live tensors; it stays coarse (page granularity).
-`--chunk-size 0` runs all B*K rows in one pass (no checkpointing) for comparison: there memory grows with K.
+`--chunk-size 0` runs all B*K rows in one pass (no checkpointing); with a chunk size, every K is also measured that
+way (`--no-unchunked` skips it), so the table shows both: unchunked, memory grows with K.
 
-Usage: python scripts/bench_memory.py [--device cpu|cuda] [--estimator block_random] [--chunk-size 4] ...
+Time is wall-clock seconds (`time.perf_counter`), so other load on a shared machine moves it; memory is not moved.
+
+    python scripts/bench_memory.py --batch-size 4 --chunk-size 4 --samples 1,2,4,8 --threads 1 --write-readme
+    python scripts/bench_memory.py --readme-only        # README.md's block from docs/bench_memory.json
+
+`--write-readme` writes the results (settings, rows, provenance: commit, command, versions) to
+`<docs-dir>/bench_memory.json` and rewrites README.md's `bench_memory` block from that file (`readme_blocks`).
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ try:
 except ImportError:  # run from a checkout without installing: the package sits next to scripts/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from stabledrl_trl import results  # noqa: E402
+
+BLOCK = "bench_memory"
+
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -60,6 +71,16 @@ def make_parser() -> argparse.ArgumentParser:
         "--repeats", type=int, default=2, help="timed repetitions after one warm-up (time = mean; 0 = the warm-up)"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (None keeps torch's)")
+    p.add_argument(
+        "--unchunked", action=argparse.BooleanOptionalAction, default=True,
+        help="with --chunk-size > 0, also measure every K with all rows in one pass (the comparison column)",
+    )  # fmt: skip
+    p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_memory.json")
+    p.add_argument("--write-readme", action="store_true",
+                   help="write <docs-dir>/bench_memory.json and README.md's bench_memory block from it")  # fmt: skip
+    p.add_argument("--readme-only", action="store_true",
+                   help="measure nothing: rewrite README.md's block from <docs-dir>/bench_memory.json")  # fmt: skip
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # internal: measure one K, print JSON
     return p
 
@@ -175,6 +196,8 @@ def _sync(device):
 
 def measure(args, k: int) -> dict:
     """Peak memory growth (bytes) and mean time (s) of one estimate + backward at K = k, in this process."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     logits_fn, model, name, mask_id = build_model(args)
     batch = make_batch(args, args.device)
@@ -204,13 +227,21 @@ def measure(args, k: int) -> dict:
     return {"k": k, "peak_bytes": int(peak), "seconds": seconds, "model": name}
 
 
-def _measure_in_subprocess(argv: list[str], k: int) -> dict:
+def _measure_in_subprocess(argv: list[str], k: int, chunk_size: int | None = None) -> dict:
+    """Measure K = k in a fresh process; `chunk_size` overrides --chunk-size (0: all rows in one pass)."""
+    argv = [a for a in argv if a not in ("--write-readme", "--readme-only")]
+    if chunk_size is not None:
+        argv += ["--chunk-size", str(chunk_size)]  # the last occurrence wins in argparse
     cmd = [sys.executable, __file__, *argv, "--worker", str(k)]
     # A fixed mmap threshold stops glibc from raising it after frees (its default), so large tensors are always
     # mmapped and given back on free: the peak RSS then follows the live tensors instead of heap fragmentation.
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_", "65536")}
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _ratio(value: float, base: float) -> float | None:
+    return value / base if base > 0 else None
 
 
 def format_table(rows: list[dict]) -> str:
@@ -220,12 +251,74 @@ def format_table(rows: list[dict]) -> str:
         f"{'-' * 3} {'-' * 10} {'-' * 7} {'-' * 9} {'-' * 7}",
     ]
     for r in rows:
-        mem_ratio = r["peak_bytes"] / base["peak_bytes"] if base["peak_bytes"] > 0 else float("nan")
+        mem_ratio = _ratio(r["peak_bytes"], base["peak_bytes"])
         lines.append(
-            f"{r['k']:>3} {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio:>7.2f} {r['seconds']:>9.3f} "
-            f"{r['seconds'] / base['seconds']:>7.2f}"
+            f"{r['k']:>3} {r['peak_bytes'] / 2**20:>10.1f} {mem_ratio if mem_ratio is not None else float('nan'):>7.2f} "
+            f"{r['seconds']:>9.3f} {r['seconds'] / base['seconds']:>7.2f}"
         )
     return "\n".join(lines)
+
+
+# --- README rendering: from the JSON alone ------------------------------------------------------------------------
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def render(data: dict) -> str:
+    """The README block: the setting, peak memory and time per K (ratios to K = 1; the unchunked peak when measured),
+    the growth from the smallest to the largest K in one sentence, and the provenance line."""
+    s, rows = data["settings"], data["rows"]
+    cuda = s["device"].startswith("cuda")
+    chunk = f"chunks of {s['chunk_size']} rows" if s["chunk_size"] else "all rows in one pass (no chunking)"
+    threads = f", {s['threads']} thread{'s' if s['threads'] != 1 else ''}" if s["threads"] else ""
+    memory = "CUDA max_memory_allocated growth" if cuda else "peak RSS growth, each K in a fresh process"
+    timing = f"mean of {s['repeats']} after a warm-up" if s["repeats"] else "the warm-up's"
+    text = (
+        f"`{s['estimator']}` estimator, forward + backward, a random {data['model']} (d_model {s['d_model']}, "
+        f"{s['n_layers']} layers, {s['n_heads']} heads, vocab {s['vocab_size']}, {s['dtype']}); batch "
+        f"{s['batch_size']}, prompt {s['prompt_length']} + completion {s['completion_length']}, {chunk}; "
+        f"{s['device']}{threads}. Memory: {memory}; time: wall-clock seconds ({timing}).\n\n"
+    )
+    unchunked = all("unchunked_peak_bytes" in r for r in rows)
+    base = rows[0]
+    per = f"x K={base['k']}"
+    header = ["K", "peak memory (MiB)", per, "time (s)", per]
+    if unchunked:
+        header += ["peak without chunking (MiB)", per]
+    table = []
+    for r in rows:
+        row = [
+            r["k"],
+            f"{r['peak_bytes'] / 2**20:.1f}",
+            _x(_ratio(r["peak_bytes"], base["peak_bytes"])),
+            f"{r['seconds']:.2f}",
+            _x(_ratio(r["seconds"], base["seconds"])),
+        ]
+        if unchunked:
+            row += [
+                f"{r['unchunked_peak_bytes'] / 2**20:.1f}",
+                _x(_ratio(r["unchunked_peak_bytes"], base["unchunked_peak_bytes"])),
+            ]
+        table.append(row)
+    text += results.markdown_table(header, table)
+    last = rows[-1]
+    text += (
+        f"\nFrom K = {base['k']} to K = {last['k']}: peak memory {_x(_ratio(last['peak_bytes'], base['peak_bytes']))}x "
+        f"with {chunk}"
+    )
+    if unchunked:
+        growth = _ratio(last["unchunked_peak_bytes"], base["unchunked_peak_bytes"])
+        text += f", {_x(growth)}x without chunking"
+    text += f"; time {_x(_ratio(last['seconds'], base['seconds']))}x.\n"
+    return text + results.provenance_line(data)
+
+
+def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
+    """{"bench_memory": the block rendered from docs_dir/bench_memory.json} ({} when the file is absent)."""
+    path = os.path.join(docs_dir, f"{BLOCK}.json")
+    return {BLOCK: render(results.read_json(path))} if os.path.isfile(path) else {}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -234,16 +327,39 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.worker is not None:
         print(json.dumps(measure(args, args.worker)))
         return []
+    if args.readme_only:
+        blocks = readme_blocks(args.docs_dir)
+        if not blocks:
+            raise SystemExit(f"--readme-only: no {BLOCK}.json in {args.docs_dir}; run with --write-readme first")
+        results.write_readme_blocks(blocks)
+        return []
+    provenance = results.provenance(__file__, argv)  # the code as the run starts
     ks = [int(k) for k in args.samples.split(",") if k.strip()]
     if not ks or min(ks) < 1:
         raise ValueError(f"--samples must list positive ints, got {args.samples!r}; e.g. --samples 1,2,4,8")
     if args.chunk_size < 0:
         raise ValueError(f"--chunk-size must be >= 0 (0 = no chunking), got {args.chunk_size}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1 (or left out for torch's default), got {args.threads}")
     cuda = str(args.device).startswith("cuda")
     if cuda and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device} requested but CUDA is not available; use --device cpu")
-    # CPU: a fresh process per K so that each reading of the peak RSS starts clean.
-    rows = [measure(args, k) if cuda else _measure_in_subprocess(argv, k) for k in ks]
+    if args.write_readme:
+        results.check_readme_blocks([BLOCK])
+    unchunked = args.unchunked and args.chunk_size > 0
+
+    def one(k: int, chunk_size: int | None = None) -> dict:
+        if not cuda:  # CPU: a fresh process per K so that each reading of the peak RSS starts clean
+            return _measure_in_subprocess(argv, k, chunk_size)
+        return measure(
+            argparse.Namespace(**{**vars(args), **({} if chunk_size is None else {"chunk_size": chunk_size})}), k
+        )
+
+    rows = [one(k) for k in ks]
+    if unchunked:
+        for row in rows:
+            alone = one(row["k"], chunk_size=0)
+            row.update(unchunked_peak_bytes=alone["peak_bytes"], unchunked_seconds=alone["seconds"])
     chunk = args.chunk_size or "all"
     print(
         f"estimator={args.estimator} device={args.device} dtype={args.dtype} B={args.batch_size} "
@@ -252,6 +368,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"memory: {'CUDA max_memory_allocated growth' if cuda else 'peak RSS growth in a fresh process per K'}"
     )
     print(format_table(rows))
+    if unchunked:
+        print("\n" + format_table([dict(r, peak_bytes=r["unchunked_peak_bytes"], seconds=r["unchunked_seconds"])
+                                    for r in rows]) + "\n(all rows in one pass)")  # fmt: skip
+    if args.write_readme:
+        settings = {
+            k: v for k, v in vars(args).items() if k not in ("worker", "write_readme", "readme_only", "docs_dir")
+        }
+        settings["device"] = str(args.device)
+        model = rows[0]["model"].split(" (")[0]
+        data = {"provenance": provenance, "settings": settings, "model": model, "rows": rows}
+        path = os.path.join(args.docs_dir, f"{BLOCK}.json")
+        results.write_json(path, data)
+        results.write_readme_blocks(readme_blocks(args.docs_dir))
+        print(f"wrote {path} and README.md's {BLOCK} block")
     return rows
 
 

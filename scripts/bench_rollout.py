@@ -40,6 +40,13 @@ Usage:
   nice python scripts/bench_rollout.py [--json rows.json] [--accuracy-seeds 0,1,2] [--memory-vocab 126464]
   python scripts/bench_rollout.py --device cuda --json gpu.json
   python scripts/bench_rollout.py --tiny   # seconds: tiny shapes, checks the script end to end
+  nice python scripts/bench_rollout.py --accuracy-seeds 0,1,2 --memory-vocab 126464 --threads 1 --write-readme
+  python scripts/bench_rollout.py --readme-only   # README.md's blocks from docs/bench_rollout*.json
+
+`--write-readme` writes the run (settings, shape, parameter counts, rows, accuracy, provenance: commit, command,
+versions) to `<docs-dir>/bench_rollout[_<tag>].json` and rewrites README.md's blocks from it (`readme_blocks`):
+`bench_rollout[_<tag>]` (the speed table with its ratios against the targets below) and, with accuracy seeds,
+`bench_rollout[_<tag>]_accuracy`.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ except ImportError:  # run from a checkout without installing: the package sits 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import stabledrl_trl  # noqa: F401
 
+from stabledrl_trl import results
 from stabledrl_trl.diffusion.adapter import DiffusionAdapter, as_diffusion_lm
 from stabledrl_trl.diffusion.sampler import (
     _top_k_mask,
@@ -69,6 +77,16 @@ from stabledrl_trl.diffusion.sampler import (
 )
 
 MASK_ID, EOS_ID, PAD_ID = 1, 0, 0
+ACCURACY_SFT = dict(task="digit_sort", max_steps=200, learning_rate=1e-3, num_samples=5000, completion_length=8)
+# The held-out accuracy decode: configs/tiny.yaml's canvas in two blocks, so the caches reuse something.
+ACCURACY_DECODE = dict(max_completion_length=8, block_length=4, diffusion_steps=8)
+# What the speedups were built for (the README states each ratio against its target).
+TARGETS = {
+    "exact_vs_previous_default": {"standard": 1.3, "early EOS": 2.0},  # tokens/s, at least
+    "exact_overhead": 0.10,  # the sampler's time beyond the model's forwards, at most
+    "exact_vs_previous_default_memory": 0.25,  # peak sampler memory at LLaDA-8B's vocabulary, at most
+    "vs_exact": {"prefix cache": 2.5, "dual cache + threshold 0.9": 5.0},  # tokens/s, at least
+}
 
 # (name, sampler keyword arguments) for the package's sampler; "literal" and "previous default" are below.
 PACKAGE_MODES = [
@@ -100,7 +118,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
     p.add_argument("--modes", default=None, help="comma-separated subset of the rows (default: all)")
     p.add_argument("--cases", default="standard,early EOS", help="comma-separated: standard, early EOS")
-    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory column (CPU: one subprocess per row)")
+    p.add_argument(
+        "--no-memory", action="store_true", help="skip the peak-memory column (CPU: one subprocess per row)"
+    )
     p.add_argument("--memory-vocab", type=int, default=0, help="also measure peak memory at this vocabulary (0 = no)")
     p.add_argument("--accuracy-seeds", default="", help="e.g. 0,1,2: held-out digit-task accuracy per mode (CPU)")
     p.add_argument("--accuracy-rows", type=int, default=256)
@@ -108,6 +128,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-cache-dir", default=".cache/stabledrl_tiny")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: $OMP_NUM_THREADS, else 1); memory workers use 1")  # fmt: skip
+    p.add_argument("--tag", default=None, help="--write-readme: docs/bench_rollout_<tag>.json and its blocks")
+    p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_rollout[_<tag>].json")
+    p.add_argument("--write-readme", action="store_true",
+                   help="write <docs-dir>/bench_rollout[_<tag>].json and README.md's blocks from it")  # fmt: skip
+    p.add_argument("--readme-only", action="store_true",
+                   help="measure nothing: rewrite README.md's blocks from the bench_rollout*.json in --docs-dir")  # fmt: skip
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: measure one row's memory
     return p
 
@@ -374,8 +402,7 @@ def accuracy_table(args, modes) -> dict:
     results = {name: [] for name in modes}
     for seed in seeds:
         # the settings of configs/tiny.yaml's warm-up
-        path = prepare_sft_model(args.sft_cache_dir, task="digit_sort", seed=seed, max_steps=200,
-                                 learning_rate=1e-3, num_samples=5000, completion_length=8, progress=False)  # fmt: skip
+        path = prepare_sft_model(args.sft_cache_dir, seed=seed, progress=False, **ACCURACY_SFT)
         model = AutoModelForCausalLM.from_pretrained(path).eval()
         for name in modes:
             options = dict(PACKAGE_MODES).get(name)
@@ -383,8 +410,8 @@ def accuracy_table(args, modes) -> dict:
                 continue
             adapter = CountingAdapter(model, tokenizer)
             settings = SamplerSettings.from_fields(
-                max_completion_length=8, block_length=4, diffusion_steps=8, temperature=0.0,
-                rollout_cache=options.get("cache", "none"), parallel_threshold=options.get("threshold"),
+                **ACCURACY_DECODE, temperature=0.0, rollout_cache=options.get("cache", "none"),
+                parallel_threshold=options.get("threshold"),
             )  # fmt: skip
             res = evaluate_model(adapter, tokenizer, test, "digit_sort", settings=settings, batch_size=128, seed=seed,
                                  progress=False)  # fmt: skip
@@ -413,8 +440,25 @@ def main(argv=None) -> list[dict]:
     if args.worker is not None:
         memory_worker(args.worker)
         return []
+    if args.readme_only:
+        blocks = readme_blocks(args.docs_dir)
+        if not blocks:
+            raise SystemExit(
+                f"--readme-only: no bench_rollout*.json in {args.docs_dir}; run with --write-readme first"
+            )
+        results.write_readme_blocks(blocks)
+        return []
+    provenance = results.provenance(__file__, argv)  # the code as the run starts
+    if args.write_readme:
+        if args.tiny or args.accuracy_only:
+            raise SystemExit("--write-readme: --tiny and --accuracy-only runs are not README results; drop one")
+        base = block_name(args.tag)
+        results.check_readme_blocks([base] + ([f"{base}_accuracy"] if args.accuracy_seeds else []))
+    threads = args.threads if args.threads is not None else int(os.environ.get("OMP_NUM_THREADS", "1"))
+    if threads < 1:
+        raise SystemExit(f"--threads={threads}: give at least 1")
     if args.device == "cpu":
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        torch.set_num_threads(threads)
     shape = resolve_shape(args)
     names = ["literal", "previous default"] + [n for n, _ in PACKAGE_MODES]
     if args.modes:
@@ -437,6 +481,7 @@ def main(argv=None) -> list[dict]:
                       f"  per seed {', '.join(f'{a:.3f}' for a in accs)}")  # fmt: skip
         return []
     model = build_model(shape, args.device, args.seed)
+    params = parameter_counts(model)
     adapter = as_diffusion_lm(model, eos_token_ids=[EOS_ID], pad_token_id=PAD_ID)
     print(f"shape: {json.dumps(shape)} device={args.device} temperature={args.temperature}")
     rows = []
@@ -445,8 +490,15 @@ def main(argv=None) -> list[dict]:
         fn = Timed(adapter, shape, early, args.device)
         ids, mask = make_prompts(shape, early, args.seed)
         ids, mask = ids.to(args.device), mask.to(args.device)
-        run_mode("exact", fn, ids, mask, dict(shape, steps=shape["gen_length"] // shape["block_length"]),
-                 args.temperature, args.seed)  # fmt: skip  (warm-up)
+        run_mode(
+            "exact",
+            fn,
+            ids,
+            mask,
+            dict(shape, steps=shape["gen_length"] // shape["block_length"]),
+            args.temperature,
+            args.seed,
+        )  # fmt: skip  (warm-up)
         outputs = {}
         for name in names:
             fn.seconds = 0.0
@@ -545,7 +597,204 @@ def main(argv=None) -> list[dict]:
         with open(args.json, "w") as f:
             json.dump([{k: r[k] for k in keep if k in r} for r in rows], f, indent=2)
         print(f"wrote {args.json}")
+    if args.write_readme:
+        data = {
+            "provenance": provenance,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("worker", "write_readme", "readme_only",
+                                                                          "docs_dir", "json")},
+            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "threads": torch.get_num_threads(),
+            "shape": shape,
+            "parameters": params,
+            "targets": TARGETS,
+            "rows": [r for r in rows if r["case"] in cases],
+            "memory_vocab": ({"vocab_size": args.memory_vocab, "peak_mem_mib": mems} if args.memory_vocab else None),
+            "accuracy": accuracy_record(args, accuracy) if accuracy else None,
+        }  # fmt: skip
+        path = os.path.join(args.docs_dir, f"{block_name(args.tag)}.json")
+        results.write_json(path, data)
+        blocks = render_blocks(data, block_name(args.tag))
+        results.write_readme_blocks(blocks)
+        print(f"wrote {path} and README.md's blocks {', '.join(blocks)}")
     return rows
+
+
+def parameter_counts(model) -> dict:
+    """{"head": output-head parameters, "layers": transformer-layer parameters} of an LLaDA model."""
+    head = sum(p.numel() for n, p in model.named_parameters() if n.startswith("lm_head."))
+    layers = sum(p.numel() for n, p in model.named_parameters() if ".layers." in n)
+    return {"head": head, "layers": layers}
+
+
+def accuracy_record(args, accuracy: dict) -> dict:
+    """The accuracy table as JSON: the decode, the SFT models and, per mode, accuracy and forwards per seed."""
+    return {
+        "seeds": [int(x) for x in args.accuracy_seeds.split(",") if x.strip()],
+        "rows": args.accuracy_rows,
+        "decode": ACCURACY_DECODE,
+        "sft": ACCURACY_SFT,
+        "modes": {name: {"accuracy": [a for a, _ in v], "forwards": [f for _, f in v]}
+                  for name, v in accuracy.items() if v},
+    }  # fmt: skip
+
+
+# --- README rendering: from the JSON alone ------------------------------------------------------------------------
+
+
+def block_name(tag: str | None) -> str:
+    return "bench_rollout" if not tag else f"bench_rollout_{tag}"
+
+
+def _target(value: float, target: float | None, at_most: bool = False, fmt: str = "{:g}x") -> str:
+    """ "target at least 1.3x: met" (or "... not met"); "" without a target."""
+    if target is None:
+        return ""
+    met = value <= target if at_most else value >= target
+    return f"target {'at most' if at_most else 'at least'} {fmt.format(target)}: {'met' if met else 'not met'}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _paren(text: str) -> str:
+    return f" ({text})" if text else ""
+
+
+def render_speed(data: dict) -> str:
+    """The speed block: the setting, one table row per (case, mode), and the ratios against their targets."""
+    sh, rows, targets = data["shape"], data["rows"], data["targets"]
+    cpu = data["device"] == "cpu"
+    clock_name = (f"{_count(data['threads'], 'thread')}, CPU time of the process" if cpu
+                  else "wall-clock seconds after synchronising")  # fmt: skip
+    text = (
+        f"A random LLaDA-architecture model (d_model {sh['d_model']}, {sh['n_layers']} layers, {sh['n_heads']} heads, "
+        f"MLP {sh['mlp']}, vocab {sh['vocab_size']}, {sh['dtype']}), batch {sh['batch_size']}, prompts of "
+        f"{sh['prompt_length']} tokens, {sh['gen_length']} generated tokens, block {sh['block_length']}, "
+        f"{sh['steps']} steps, temperature {data['settings']['temperature']:g}; {data['device']}, {clock_name}.\n\n"
+    )
+    by_key = {(r["case"], r["mode"]): r for r in rows}
+    table = []
+    for r in rows:
+        lit, ex = by_key.get((r["case"], "literal")), by_key[(r["case"], "exact")]
+        mem = r.get("peak_mem_mib")
+        table.append([
+            r["case"], r["mode"], f"{r['tokens_per_s']:.1f}", f"{r['forward_passes']:.0f}", f"{100 * r['overhead']:.1f}%",
+            "-" if mem is None else f"{mem:.0f}", f"{r['tokens_per_s'] / lit['tokens_per_s']:.2f}" if lit else "-",
+            f"{r['tokens_per_s'] / ex['tokens_per_s']:.2f}", f"{r['match_rate']:.3f}",
+        ])  # fmt: skip
+    header = ["case", "mode", "tokens/s", "forwards / completion", "overhead", "peak MiB", "x literal", "x exact",
+              "match"]  # fmt: skip
+    text += results.markdown_table(header, table) + "\n"
+    lines = []
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    for case in cases:
+        ex, prev, lit = (by_key.get((case, m)) for m in ("exact", "previous default", "literal"))
+        parts = []
+        if prev:
+            ratio = ex["tokens_per_s"] / prev["tokens_per_s"]
+            parts.append(f"{ratio:.2f}x the previous default"
+                         + _paren(_target(ratio, targets["exact_vs_previous_default"].get(case))))  # fmt: skip
+        if lit:
+            parts.append(f"{ex['tokens_per_s'] / lit['tokens_per_s']:.2f}x LLaDA's literal loop")
+        if parts:
+            lines.append(f"- {case}: `exact` is {' and '.join(parts)}.")
+    exact_rows = [r for r in rows if r["mode"] not in APPROXIMATE]
+    differing = [f"{r['case']} / {r['mode']}" for r in exact_rows if r["match_rate"] != 1.0]
+    if len(exact_rows) > len(cases):
+        lines.append("- The exact rows decode the same tokens as `exact` at temperature 0: "
+                     + ("all of them (match 1.000)." if not differing else f"not {', '.join(differing)}."))  # fmt: skip
+    ex = by_key[(cases[0], "exact")]
+    lines.append(f"- Sampler overhead of `exact` ({cases[0]}): {100 * ex['overhead']:.1f}% of the model's forwards"
+                 + _paren(_target(ex["overhead"], targets["exact_overhead"], at_most=True, fmt="{:.0%}")) + ".")  # fmt: skip
+    memory = data.get("memory_vocab")
+    if memory:
+        m = memory["peak_mem_mib"]
+        ratio = m["exact"] / m["previous default"]
+        lines.append(
+            f"- Peak sampler memory at vocabulary {memory['vocab_size']} (same shape otherwise, standard case): "
+            f"previous default {m['previous default']:.0f} MiB, exact {m['exact']:.0f} MiB ({ratio:.2f}x; "
+            + _target(ratio, targets["exact_vs_previous_default_memory"], at_most=True)
+            + f"), dual cache {m['dual cache']:.0f} MiB."
+        )
+    approx = [(mode, by_key[(cases[0], mode)]) for mode in ("prefix cache", "dual cache", "threshold 0.9",
+                                                            "dual cache + threshold 0.9") if (cases[0], mode) in by_key]  # fmt: skip
+    if approx:
+        parts = []
+        for mode, r in approx:
+            ratio = r["tokens_per_s"] / ex["tokens_per_s"]
+            parts.append(f"{mode} {ratio:.2f}x" + _paren(_target(ratio, targets["vs_exact"].get(mode))))
+        lines.append(f"- Approximate modes against `exact` ({cases[0]}): {', '.join(parts)}.")
+    p = data["parameters"]
+    lines.append(f"- Output head: {p['head'] / 1e6:.1f}M parameters, {p['head'] / p['layers']:.1f}x the "
+                 f"{p['layers'] / 1e6:.1f}M of the transformer layers.")  # fmt: skip
+    return text + "\n".join(lines) + "\n\n" + results.provenance_line(data)  # a blank line ends the list
+
+
+def render_accuracy(data: dict) -> str:
+    """The accuracy block: the setting, per mode the mean accuracy over seeds, its difference to `exact`, forwards
+    per completion and the per-seed values, then the threshold's saving and the caches' spread in one sentence."""
+    acc = data["accuracy"]
+    d, sft = acc["decode"], acc["sft"]
+    seeds = ", ".join(str(x) for x in acc["seeds"])
+    text = (
+        f"The tiny LLaDA of `configs/tiny.yaml` after its SFT warm-up ({sft['max_steps']} steps), one model per seed "
+        f"({seeds}); {acc['rows']} held-out {sft['task']} prompts, greedy, {d['max_completion_length']} tokens in "
+        f"blocks of {d['block_length']}, {d['diffusion_steps']} steps.\n\n"
+    )
+    modes = acc["modes"]
+
+    def mean(values):
+        return sum(values) / len(values)
+
+    exact = mean(modes["exact"]["accuracy"])
+    exact_fwd = mean(modes["exact"]["forwards"])
+    table = []
+    for name, v in modes.items():
+        a = mean(v["accuracy"])
+        table.append([name, f"{a:.3f}", "" if name == "exact" else f"{100 * (a - exact):+.1f} pt",
+                      f"{mean(v['forwards']):.2f}", ", ".join(f"{x:.3f}" for x in v["accuracy"])])  # fmt: skip
+    text += results.markdown_table(
+        [
+            "mode",
+            f"accuracy (mean of {_count(len(acc['seeds']), 'seed')})",
+            "vs exact",
+            "forwards / completion",
+            "per seed",
+        ],
+        table,
+    )
+    sentences = []
+    for name in ("threshold 0.9", "dual cache + threshold 0.9"):
+        if name in modes:
+            saved = 1 - mean(modes[name]["forwards"]) / exact_fwd
+            delta = 100 * (mean(modes[name]["accuracy"]) - exact)
+            sentences.append(f"{name}: {delta:+.1f} pt with {100 * saved:.0f}% fewer forwards than `exact`")
+    caches = [100 * (mean(modes[n]["accuracy"]) - exact) for n in ("prefix cache", "dual cache") if n in modes]
+    if caches:
+        sentences.append(f"the caches alone: {min(caches):+.1f} to {max(caches):+.1f} pt")
+    if sentences:
+        text += "\n" + "; ".join(sentences) + ".\n"
+    return text + results.provenance_line(data)
+
+
+def render_blocks(data: dict, name: str) -> dict[str, str]:
+    blocks = {name: render_speed(data)}
+    if data.get("accuracy"):
+        blocks[f"{name}_accuracy"] = render_accuracy(data)
+    return blocks
+
+
+def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
+    """The blocks of every docs_dir/bench_rollout[_<tag>].json: bench_rollout[_<tag>] and, where the run measured
+    accuracy, bench_rollout[_<tag>]_accuracy."""
+    if not os.path.isdir(docs_dir):
+        return {}
+    blocks = {}
+    for file in sorted(os.listdir(docs_dir)):
+        if file == "bench_rollout.json" or (file.startswith("bench_rollout_") and file.endswith(".json")):
+            blocks.update(render_blocks(results.read_json(os.path.join(docs_dir, file)), file[: -len(".json")]))
+    return blocks
 
 
 if __name__ == "__main__":

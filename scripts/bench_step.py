@@ -13,6 +13,16 @@ Step totals run from `on_step_begin` to `on_step_end` of a callback; the first `
 On CPU the clock is this process's CPU time (one thread), robust to other load on a shared machine.
 
 Usage: nice python scripts/bench_step.py [--completion-length 64] [--rollout-cache dual --parallel-threshold 0.9]
+
+    nice python scripts/bench_step.py --completion-length 128 --diffusion-steps 64 --write-readme
+    nice python scripts/bench_step.py --completion-length 128 --diffusion-steps 64 --rollout-cache dual \
+        --parallel-threshold 0.9 --write-readme
+    python scripts/bench_step.py --readme-only      # README.md's block from docs/bench_step_*.json
+
+`--write-readme` writes the run (settings, phases, provenance: commit, command, versions) to
+`<docs-dir>/bench_step_<rollout>.json` (`exact`, or e.g. `dual_cache_threshold_0.9`) and rewrites README.md's
+`bench_step` block: one column pair per rollout setting, from every such file (`readme_blocks`; the runs must share
+every other setting).
 """
 
 from __future__ import annotations
@@ -36,11 +46,14 @@ except ImportError:  # run from a checkout without installing: the package sits 
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+from stabledrl_trl import StableDRLConfig, StableDRLTrainer, results
 from stabledrl_trl.models.llada import LLaDAConfig, LLaDAModelLM
 from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
 
 PHASES = ("rollout", "old-policy scoring", "forward", "backward", "optimizer")
+BLOCK = "bench_step"
+ROLLOUT_SETTINGS = ("rollout_cache", "parallel_threshold")  # what the README's columns differ by
+NOT_SETTINGS = ("json", "write_readme", "readme_only", "docs_dir")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -51,8 +64,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlp", type=int, default=None, help="MLP width (default 2.75 x d_model)")
     p.add_argument("--vocab-size", type=int, default=101, help="embedding rows (>= the tiny tokenizer's 101)")
     p.add_argument("--bf16", action="store_true", help="bf16 weights and autocast (GPU)")
-    p.add_argument("--lora", action="store_true",
-                   help="LoRA as configs/llada_gsm8k_lora.yaml: r 128, alpha 64, dropout 0.05, all linear layers")
+    p.add_argument(
+        "--lora",
+        action="store_true",
+        help="LoRA as configs/llada_gsm8k_lora.yaml: r 128, alpha 64, dropout 0.05, all linear layers",
+    )
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--estimator-chunk-size", type=int, default=None)
     p.add_argument("--temperature", type=float, default=0.9)
@@ -68,7 +84,81 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default=None, help="write the phases, rollout rate and peak memory as JSON here")
+    p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_step_<rollout>.json")
+    p.add_argument("--write-readme", action="store_true",
+                   help="write <docs-dir>/bench_step_<rollout>.json and README.md's bench_step block")  # fmt: skip
+    p.add_argument("--readme-only", action="store_true",
+                   help="measure nothing: rewrite README.md's block from the bench_step_*.json files in --docs-dir")  # fmt: skip
     return p
+
+
+def rollout_label(rollout_cache: str, parallel_threshold: float | None) -> str:
+    """The rollout setting's name: "exact", "dual cache", "threshold 0.9", "dual cache + threshold 0.9"."""
+    parts = [] if rollout_cache == "none" else [f"{rollout_cache} cache"]
+    if parallel_threshold is not None:
+        parts.append(f"threshold {parallel_threshold:g}")
+    return " + ".join(parts) or "exact"
+
+
+def json_name(label: str) -> str:
+    return f"{BLOCK}_{label.replace(' + ', '_').replace(' ', '_')}.json"
+
+
+# --- README rendering: from the JSON alone ------------------------------------------------------------------------
+
+
+def render(runs: list[dict]) -> str:
+    """The README block of one or more runs that differ only in the rollout setting: the setting, one column pair
+    (seconds per step, share) per run, the rollout's and the rest's shares in one sentence, one provenance line each."""
+    base = {k: v for k, v in runs[0]["settings"].items() if k not in ROLLOUT_SETTINGS}
+    for run in runs[1:]:
+        other = {k: v for k, v in run["settings"].items() if k not in ROLLOUT_SETTINGS}
+        if other != base:
+            differ = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k))
+            raise ValueError(f"bench_step runs differ in {differ}, not only in the rollout: rerun them alike")
+    s, first = runs[0]["settings"], runs[0]
+    threads = f", {s['threads']} thread{'s' if s['threads'] != 1 else ''}" if first["device"] == "cpu" else ""
+    clock_name = "CPU time of the process" if first["device"] == "cpu" else "wall-clock time"
+    text = (
+        f"A random LLaDA-architecture model (d_model {s['d_model']}, {s['n_layers']} layers, {s['n_heads']} heads, "
+        f"vocabulary {s['vocab_size']}, {first['dtype']}); G = {s['num_generations']}, completions of "
+        f"{s['completion_length']} tokens, block {s['block_length']}, {s['diffusion_steps']} steps, "
+        f"{first['likelihood_estimator']} with {s['mc_samples']} MC samples, num_iterations {s['num_iterations']}; "
+        f"{s['steps']} timed steps after {s['warmup']} warm-up; {first['device']}{threads}, {clock_name}.\n\n"
+    )
+    labels = [rollout_label(r["settings"]["rollout_cache"], r["settings"]["parallel_threshold"]) for r in runs]
+    header = ["phase"]
+    for label in labels:
+        header += [f"{label}: s / step", "share"]
+    table = []
+    for phase in (*PHASES, "everything else"):
+        row = [phase]
+        for r in runs:
+            row += [f"{r['seconds_per_step'][phase]:.3f}", f"{100 * r['shares'][phase]:.1f}%"]
+        table.append(row)
+    total = ["total"]
+    for r in runs:
+        total += [f"{r['total_seconds_per_step']:.3f}", ""]
+    text += results.markdown_table(header, [*table, total])
+    rollout = ", ".join(f"{100 * r['shares']['rollout']:.1f}% ({label})" for r, label in zip(runs, labels))
+    rest = ", ".join(f"{100 * r['shares']['everything else']:.1f}%" for r in runs)
+    text += f"\nThe rollout takes {rollout} of a step; everything else {rest}.\n"
+    if len(runs) > 1:
+        text += f"A step takes {runs[0]['total_seconds_per_step'] / runs[-1]['total_seconds_per_step']:.2f}x as long "
+        text += f"with {labels[0]} as with {labels[-1]}.\n"
+    return text + "".join(results.provenance_line(r) for r in runs)
+
+
+def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
+    """{"bench_step": the block rendered from docs_dir/bench_step_*.json, the exact rollout first} ({} if none)."""
+    if not os.path.isdir(docs_dir):
+        return {}
+    names = sorted(n for n in os.listdir(docs_dir) if n.startswith(f"{BLOCK}_") and n.endswith(".json"))
+    runs = [results.read_json(os.path.join(docs_dir, n)) for n in names]
+    runs.sort(
+        key=lambda r: r["settings"]["rollout_cache"] != "none" or r["settings"]["parallel_threshold"] is not None
+    )
+    return {BLOCK: render(runs)} if runs else {}
 
 
 def clock() -> float:
@@ -117,6 +207,15 @@ class TimedTrainer(StableDRLTrainer):
 
 def main(argv=None) -> dict:
     a = make_parser().parse_args(argv)
+    if a.readme_only:
+        blocks = readme_blocks(a.docs_dir)
+        if not blocks:
+            raise SystemExit(f"--readme-only: no {BLOCK}_*.json in {a.docs_dir}; run with --write-readme first")
+        results.write_readme_blocks(blocks)
+        return {}
+    provenance = results.provenance(__file__, argv)  # the code as the run starts
+    if a.write_readme:
+        results.check_readme_blocks([BLOCK])
     torch.set_num_threads(a.threads)
     tokenizer = build_tiny_tokenizer()
     config = LLaDAConfig(**tiny_llada_config_dict(
@@ -139,7 +238,9 @@ def main(argv=None) -> dict:
         from peft import LoraConfig
 
         targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-        peft_config = LoraConfig(r=128, lora_alpha=64, lora_dropout=0.05, target_modules=targets, task_type="CAUSAL_LM")
+        peft_config = LoraConfig(
+            r=128, lora_alpha=64, lora_dropout=0.05, target_modules=targets, task_type="CAUSAL_LM"
+        )
     prompts = [{"prompt": [{"role": "user", "content": f"sort {i:05d} {i * 7919 % 100000:05d}"}]} for i in range(64)]
 
     def reward(prompts, completions, **kwargs):
@@ -189,6 +290,7 @@ def main(argv=None) -> dict:
         "dtype": "bfloat16" if a.bf16 else "float32",
         "attention": model.config._attn_implementation,
         "lora": a.lora,
+        "likelihood_estimator": args.likelihood_estimator,
         "steps": a.steps,
         "seconds_per_step": {p: s / a.steps for p, s in [*measured.items(), ("everything else", rest)]},
         "total_seconds_per_step": total / a.steps,
@@ -206,6 +308,12 @@ def main(argv=None) -> dict:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=2)
+    if a.write_readme:
+        settings = {k: v for k, v in vars(a).items() if k not in NOT_SETTINGS}
+        path = os.path.join(a.docs_dir, json_name(rollout_label(a.rollout_cache, a.parallel_threshold)))
+        results.write_json(path, {"provenance": provenance, "settings": settings, **summary})
+        results.write_readme_blocks(readme_blocks(a.docs_dir))
+        print(f"wrote {path} and README.md's {BLOCK} block")
     return shares
 
 

@@ -7,7 +7,7 @@
 #      tokens, blocks of 32, 128 steps; every exact and approximate mode (standard case), then the early-EOS case for
 #      the previous default, exact and dual cache + threshold: tokens/s, forward passes per completion, peak memory,
 #      and the token match of every mode with `exact` (literal LLaDA loop vs exact: the exact sampler's exactness);
-#   2. exactness of the cached block-diffusion rollouts on CUDA, scripts/check_cache_exactness.py: SDAR's sampler
+#   2. exactness of the cached block-diffusion rollouts on CUDA, scripts/bench_block_cache_exactness.py: SDAR's sampler
 #      with its KV cache against the same sampler without it, float32 and bf16 (random SDAR-architecture model);
 #   3. one StableDRL step with LoRA and its time split, scripts/bench_step.py: the shape of
 #      configs/llada_gsm8k_lora.yaml (LoRA r 128 on all linear layers, gradient checkpointing, 8 completions of 256
@@ -71,7 +71,7 @@ part rollout_standard "${LIMITS[0]}" "$PY" scripts/bench_rollout.py "${ROLLOUT[@
   --json "$OUT/rollout_standard.json"
 part rollout_early_eos "${LIMITS[1]}" "$PY" scripts/bench_rollout.py "${ROLLOUT[@]}" --cases "early EOS" \
   --modes "previous default,exact,dual cache + threshold 0.9" --json "$OUT/rollout_early_eos.json"
-part cache_exactness "${LIMITS[2]}" "$PY" scripts/check_cache_exactness.py "${EXACT[@]}" --json "$OUT/cache_exactness.json"
+part cache_exactness "${LIMITS[2]}" "$PY" scripts/bench_block_cache_exactness.py "${EXACT[@]}" --json "$OUT/cache_exactness.json"
 part lora_step "${LIMITS[3]}" "$PY" scripts/bench_step.py "${STEP[@]}" --json "$OUT/lora_step.json"
 
 "$PY" - "$OUT" "$MODE" "$(( $(date +%s) - started ))" <<'EOF'

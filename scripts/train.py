@@ -399,7 +399,7 @@ def summary_lines(training_args, results: dict, log_file: str, seconds: float) -
         f"Done in {seconds:.0f} s." if seconds < 60 else f"Done in {seconds / 60:.1f} min.",
         f"  model:    {out}  (load it after `import stabledrl_trl`; the model card README.md there shows how)",
         f"  logs:     {log_file}  (everything, every logged metric)",
-        f"            {os.path.join(out, 'trainer_state.json')}  (metrics per step; scripts/plot.py draws them)",
+        f"            {os.path.join(out, 'trainer_state.json')}  (metrics per step; scripts/plot_training_curves.py draws them)",
     ]
     if "after" in results:
         lines.append(f"  accuracy: {os.path.join(out, 'accuracy_before_after.json')}")
@@ -487,7 +487,7 @@ def _run(script_args, training_args, model_args):
     trainer.save_model(training_args.output_dir)
     # the model card (README.md: how to load and decode); TRL writes it with checkpoints only
     trainer.create_model_card(model_name=os.path.basename(os.path.normpath(training_args.output_dir)))
-    trainer.save_state()  # trainer_state.json with the log history, for scripts/plot.py
+    trainer.save_state()  # trainer_state.json with the log history, for scripts/plot_training_curves.py
     if script_args.evaluate_before_after:
         results["after"] = _evaluate(
             trainer.model, tokenizer, test_dataset, task, training_args, script_args, "after RL"

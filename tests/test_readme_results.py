@@ -25,7 +25,9 @@ def rendered(load_script):
 
 
 def test_rendering_scripts_are_found():
-    assert {"bench_embedded", "bench_stability"} <= set(RENDERING_SCRIPTS)
+    expected = {"bench_embedded", "bench_stability", "bench_estimators", "bench_memory", "bench_block_rollout",
+                "bench_eos_tail", "bench_step", "bench_rollout"}  # fmt: skip
+    assert expected <= set(RENDERING_SCRIPTS)
 
 
 def test_every_marked_readme_block_equals_the_rendering_of_its_json(rendered):

@@ -1,21 +1,33 @@
-"""Dream's sampler and LLaDA's sampler against Dream's original `diffusion_generate` on the dream-tiny fixture.
+"""Token agreement of Dream's sampler and LLaDA's sampler with Dream's original `diffusion_generate` (dream-tiny).
 
 For every setting recorded in tests/fixtures/dream-tiny (written by Dream's own hub code, temperature 0) and each
 prompt alone, prints how many of the 16 generated tokens each sampler reproduces, and whether the left-padded batches
 match. LLaDA's sampler runs with one block of 16 and the same number of steps.
 
-    python scripts/compare_dream_sampler.py
+    python scripts/bench_dream_sampler_agreement.py [--fixture tests/fixtures/dream-tiny]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
 import torch
 
+FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "dream-tiny")
 
-def main(fixture: str | None = None) -> list[dict]:
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--fixture", default=FIXTURE, help="folder with Dream's recorded generations (reference.safetensors)"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    fixture = make_parser().parse_args(argv).fixture
     import transformers
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -24,7 +36,6 @@ def main(fixture: str | None = None) -> list[dict]:
     from stabledrl_trl.diffusion import dream_sampler, sampler
     from stabledrl_trl.diffusion.adapter import as_diffusion_lm
 
-    fixture = fixture or os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "dream-tiny")
     ref = load_file(os.path.join(fixture, "reference.safetensors"))
     with safe_open(os.path.join(fixture, "reference.safetensors"), "pt") as f:
         meta = f.metadata()

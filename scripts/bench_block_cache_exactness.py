@@ -8,7 +8,7 @@ forward (cached vs full), on a random SDAR-architecture model (Qwen3 layout) bui
 near-flat softmax, where a last-bit difference can flip an argmax: float32 is the exactness check (expected match
 1.000), bfloat16 shows the size of that effect. Writes JSON.
 
-Usage: python scripts/check_cache_exactness.py [--device cuda] [--tiny] [--json out.json]
+Usage: python scripts/bench_block_cache_exactness.py [--device cuda] [--tiny] [--json out.json]
 """
 
 from __future__ import annotations

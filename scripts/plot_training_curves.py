@@ -4,8 +4,8 @@ A run is an output folder holding TRL's `trainer_state.json` (or, while training
 the highest N is read), a direct path to a `trainer_state.json`, or a JSONL file of log dicts. The log entries are
 dicts with a "step" and metric keys, as in the state's "log_history".
 
-    python scripts/plot.py runs/grpo runs/stabledrl --output curves.png --smooth 10
-    python scripts/plot.py runs/a/trainer_state.json logs.jsonl --labels GRPO StableDRL --metrics completions/mean_length
+    python scripts/plot_training_curves.py runs/grpo runs/stabledrl --output curves.png --smooth 10
+    python scripts/plot_training_curves.py runs/a/trainer_state.json logs.jsonl --labels GRPO StableDRL --metrics completions/mean_length
 
 Default metrics: reward, grad norm, importance-weight mean/max and clip fraction, effective sample size, log-ratio
 std and skipped samples. `--metrics` adds more. A metric found in no run is skipped with a printed note.

@@ -1,4 +1,4 @@
-"""Tests for scripts/plot.py: log loading, series extraction, smoothing and the PNG it writes."""
+"""Tests for scripts/plot_training_curves.py: log loading, series extraction, smoothing and the PNG it writes."""
 
 import importlib.util
 import json
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-_PLOT_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "plot.py")
-_spec = importlib.util.spec_from_file_location("stabledrl_plot_script", _PLOT_PATH)
+_PLOT_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "plot_training_curves.py")
+_spec = importlib.util.spec_from_file_location("plot_training_curves_script", _PLOT_PATH)
 plot = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plot)
 
