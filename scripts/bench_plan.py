@@ -9,9 +9,15 @@ glibc mmap threshold (MALLOC_MMAP_THRESHOLD_=65536) so that freed tensors go bac
 the same shape and settings (one device, DDP sharding, float32, SDPA without attention matrices) and its estimate is
 compared with the measurement. The runtime's own memory on this path (trainer, tokenizer, datasets, thread pools) is
 measured once the same way with a tiny model (d_model 64, one layer, vocabulary 256) and given to the planner as
-its `overhead_bytes`. Writes a JSON list and a markdown table.
+its `overhead_bytes`. Prints the table (error = estimate / measured - 1).
 
-Usage: nice python scripts/bench_plan.py [--json plan_validation.json] [--markdown plan_validation.md] [--cases a,b]
+    nice python scripts/bench_plan.py --write-readme       # every case; writes docs/bench_plan.json and the README
+    nice python scripts/bench_plan.py --cases "full d512x4,LoRA r64 d768x6"   # some cases, printed only
+    python scripts/bench_plan.py --readme-only             # README.md's block from docs/bench_plan.json
+
+`--write-readme` writes the run (the cases' settings, the measured overhead, one row per case, provenance: commit,
+command, versions) to `<docs-dir>/bench_plan.json` and rewrites README.md's `bench_plan` block from that file alone
+(`readme_blocks`): the overhead, the table, the range of the errors and the command with its commit.
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ try:
 except ImportError:  # run from a checkout without installing: the package sits next to scripts/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stabledrl_trl.memory_plan import ModelShape, PlanSettings, estimate
+from stabledrl_trl import results  # noqa: E402
+from stabledrl_trl.memory_plan import ModelShape, PlanSettings, estimate  # noqa: E402
+
+BLOCK = "bench_plan"
 
 # name -> shape and settings; prompt = P characters of the char-level tokenizer (no chat template), so L = P + C.
 CASES = {
@@ -55,8 +64,11 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
-    p.add_argument("--json", default=None, help="write the rows as JSON here")
-    p.add_argument("--markdown", default=None, help="write the markdown table here")
+    p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_plan.json")
+    p.add_argument("--write-readme", action="store_true",
+                   help="write <docs-dir>/bench_plan.json and README.md's bench_plan block from it")  # fmt: skip
+    p.add_argument("--readme-only", action="store_true",
+                   help="measure nothing: rewrite README.md's block from <docs-dir>/bench_plan.json")  # fmt: skip
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: measure one case, print JSON
     return p
 
@@ -146,35 +158,89 @@ def run_case(name: str, overhead: float) -> dict:
 
 
 def format_markdown(rows: list[dict]) -> str:
-    lines = ["| case | parameters | measured peak (MiB) | estimate (MiB) | error | peak phase (estimate) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
-        lines.append(f"| {r['case']} | {r['parameters'] / 1e6:.1f}M | {r['measured_mib']:.0f} | "
-                     f"{r['estimate_mib']:.0f} | {100 * r['error']:+.1f}% | {r['phase']} |")  # fmt: skip
-    return "\n".join(lines)
+    """The table: one row per case (parameters, measured and estimated peak, error, the estimate's peak phase)."""
+    table = [
+        [r["case"], f"{r['parameters'] / 1e6:.1f}M", f"{r['measured_mib']:.0f}", f"{r['estimate_mib']:.0f}",
+         f"{100 * r['error']:+.1f}%", r["phase"]]
+        for r in rows
+    ]  # fmt: skip
+    header = ["case", "parameters", "measured peak (MiB)", "estimate (MiB)", "error", "peak phase (estimate)"]
+    return results.markdown_table(header, table).rstrip("\n")
+
+
+# --- README rendering: from the JSON alone ------------------------------------------------------------------------
+
+
+def render(data: dict) -> str:
+    """The README block: the runtime overhead measured with the tiny model, the table, the range of the errors over
+    the cases, and the provenance line."""
+    rows, tiny = data["rows"], data["baseline"]
+    errors = [r["error"] for r in rows]
+    low, high = min(errors), max(errors)
+    low_case = rows[errors.index(low)]["case"]
+    high_case = rows[errors.index(high)]["case"]
+    worst = max(abs(e) for e in errors)
+    return (
+        f"Runtime overhead, measured with a tiny model (d_model {tiny['d']}, {tiny['layers']} "
+        f"layer{'s' if tiny['layers'] != 1 else ''}, vocabulary {tiny['vocab']}) and given to the planner: "
+        f"{data['overhead_mib']:.1f} MiB. Error = estimate / measured - 1.\n\n"
+        + format_markdown(rows)
+        + f"\n\nOver the {len(rows)} cases the error runs from {100 * low:+.1f}% ({low_case}) to {100 * high:+.1f}% "
+        f"({high_case}); the largest |error| is {100 * worst:.1f}%.\n" + results.provenance_line(data)
+    )
+
+
+def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
+    """{"bench_plan": the block rendered from docs_dir/bench_plan.json} ({} when the file is absent)."""
+    path = os.path.join(docs_dir, f"{BLOCK}.json")
+    return {BLOCK: render(results.read_json(path))} if os.path.isfile(path) else {}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = make_parser().parse_args(argv)
     if a.worker is not None:
         print(json.dumps({"peak_bytes": measure(BASELINE if a.worker == "baseline" else CASES[a.worker])}))
         return []
+    if a.readme_only:
+        blocks = readme_blocks(a.docs_dir)
+        if not blocks:
+            raise SystemExit(f"--readme-only: no {BLOCK}.json in {a.docs_dir}; run with --write-readme first")
+        results.write_readme_blocks(blocks)
+        return []
+    provenance = results.provenance(__file__, argv)  # the code as the run starts
     names = [n.strip() for n in a.cases.split(",") if n.strip()]
     unknown = [n for n in names if n not in CASES]
-    if unknown:
-        raise ValueError(f"--cases: unknown {unknown}; known: {list(CASES)}")
+    if unknown or not names:
+        what = f"unknown {unknown}" if unknown else f"no case in {a.cases!r}"
+        raise ValueError(f"--cases: {what}; give comma-separated names from {list(CASES)}")
+    if a.write_readme:
+        results.check_readme_blocks([BLOCK])
     overhead = measure_in_subprocess("baseline")
     print(f"runtime overhead (tiny model, same run): {overhead / 2**20:.1f} MiB", flush=True)
     rows = []
     for name in names:
         rows.append(run_case(name, overhead))
         print(json.dumps(rows[-1]), flush=True)
-    table = format_markdown(rows)
-    print(table)
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=2) + "\n")
-    if a.markdown:
-        Path(a.markdown).write_text(table + "\n")
+    print(format_markdown(rows))
+    if a.write_readme:
+        data = {
+            "provenance": provenance,
+            "settings": {
+                "cases": {n: CASES[n] for n in names},
+                "lora_target_modules": LORA_TARGETS,
+                "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_", "65536"),
+                "threads": 1,
+                "optimizer_steps": 2,
+            },
+            "baseline": BASELINE,
+            "overhead_mib": overhead / 2**20,
+            "rows": rows,
+        }
+        path = os.path.join(a.docs_dir, f"{BLOCK}.json")
+        results.write_json(path, data)
+        results.write_readme_blocks(readme_blocks(a.docs_dir))
+        print(f"wrote {path} and README.md's {BLOCK} block")
     return rows
 
 

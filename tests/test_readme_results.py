@@ -26,7 +26,7 @@ def rendered(load_script):
 
 def test_rendering_scripts_are_found():
     expected = {"bench_embedded", "bench_stability", "bench_estimators", "bench_memory", "bench_block_rollout",
-                "bench_eos_tail", "bench_step", "bench_rollout"}  # fmt: skip
+                "bench_eos_tail", "bench_step", "bench_rollout", "bench_plan"}  # fmt: skip
     assert expected <= set(RENDERING_SCRIPTS)
 
 
