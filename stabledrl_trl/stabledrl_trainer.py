@@ -31,7 +31,7 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
-from . import multinode, safety
+from . import safety
 from .diffusion.adapter import as_diffusion_lm, unwrap_model
 from .diffusion.estimators import estimator_standard_error
 from .diffusion.family import detect_family, get_family
@@ -49,7 +49,13 @@ from .objectives import (
 )
 from .scoring_context import ScoringContext
 from .stabledrl_config import GROUP_NORMALISED_LOSS_TYPES, OWN_LOSS_TYPES, StableDRLConfig, autoregressive_defaults
-from .validation import check_data_setup, check_inputs_before_loading, check_model_setup, short_repr
+from .validation import (
+    check_data_setup,
+    check_inputs_before_loading,
+    check_launch_setup,
+    check_model_setup,
+    short_repr,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -373,16 +379,7 @@ class StableDRLTrainer(GRPOTrainer):
             rollout_func=self.rollout_func,
             tools=self.tools,
         )
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
-        if launched > 1 and self.accelerator.num_processes == 1:
-            raise RuntimeError(
-                f"{launched} processes were launched (WORLD_SIZE={launched}) but accelerate runs this one alone "
-                f"(distributed_type={self.accelerator.distributed_type}): each process would train its own copy. On a "
-                "machine without GPUs set use_cpu=True (gloo on the CPU; accelerate has no FSDP on the CPU)."
-            )
-        if multinode.num_nodes() > 1 and not args.save_on_each_node:
-            # checkpoints are written once (global rank 0) and read by every rank on resume: one shared output_dir
-            multinode.check_shared_directory(args.output_dir, "output_dir")
+        check_launch_setup(args, self.accelerator.num_processes, self.accelerator.distributed_type)
         self._nonfinite_grad_streak = 0
         self._scoring = ScoringContext(mask_stream=(_STREAM_OLD, 0))  # what the hooks pass each other per step
         self._all_clipped_streak = 0

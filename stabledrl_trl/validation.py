@@ -6,7 +6,7 @@ A setting or input is checked by the first layer that knows enough to judge it, 
 the expensive steps (loading weights, building the trainer, the first rollout), with a `ValueError` naming the
 field, the value and the fix. Each layer may assume the earlier ones passed. The checks are plain functions: they
 raise, or return what they resolved (the trainer assigns it); none sets trainer state. `StableDRLTrainer.__init__`
-runs layers 2 to 4 in order; scripts call the same functions (never a copy of a check).
+runs layers 2 to 5 in order; scripts call the same functions (never a copy of a check).
 
 Layers, in the order they run; the one function that runs each, and what it may assume is known:
 
@@ -28,7 +28,10 @@ Layers, in the order they run; the one function that runs each, and what it may 
 4. data: `check_data_setup(args, model, tokenizer, ...)`. The datasets, the resolved mask id and the number of
    processes: prompts (`safety.check_prompt_dataset`), enough prompts for one generation batch, an eval batch that
    holds whole groups, and what `reward_text` needs of the model and the rollouts.
-5. run: safety.py, when training starts, resumes and saves: the output folder, the checkpoint to resume from,
+5. launch: `check_launch_setup(args, num_processes, distributed_type)`. The processes accelerate runs: a launch of
+   several processes that accelerate runs as one (each would train its own copy), and, across nodes, an output_dir
+   that every node must see (`multinode.check_shared_directory`).
+6. run: safety.py, when training starts, resumes and saves: the output folder, the checkpoint to resume from,
    weights and gradients holding inf / NaN, a full disk.
 
 Value checks shared by the layers and the scripts:
@@ -607,3 +610,20 @@ def check_data_setup(
     _check_generation_batch(args, train_dataset, num_processes)
     _check_eval_layout(args, eval_dataset)
     _check_reward_text(args, is_diffusion, rollout_func, tools)
+
+
+def check_launch_setup(args, num_processes: int, distributed_type) -> None:
+    """Layer 5 (see the module docstring): what the launch gives the run. `num_processes` and `distributed_type` are
+    the accelerator's; WORLD_SIZE is what the launcher started."""
+    from . import multinode
+
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and num_processes == 1:
+        raise RuntimeError(
+            f"{launched} processes were launched (WORLD_SIZE={launched}) but accelerate runs this one alone "
+            f"(distributed_type={distributed_type}): each process would train its own copy. On a "
+            "machine without GPUs set use_cpu=True (gloo on the CPU; accelerate has no FSDP on the CPU)."
+        )
+    if multinode.num_nodes() > 1 and not args.save_on_each_node:
+        # checkpoints are written once (global rank 0) and read by every rank on resume: one shared output_dir
+        multinode.check_shared_directory(args.output_dir, "output_dir")

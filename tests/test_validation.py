@@ -52,13 +52,15 @@ def test_docstring_names_each_layers_function_and_they_exist():
     doc = validation.__doc__
     layers = re.findall(r"^(\d)\. (\w[\w ]*): `?([\w.]+)", doc, flags=re.MULTILINE)
     assert [(n, name) for n, name, _ in layers] == [
-        ("1", "config"), ("2", "inputs before loading"), ("3", "model"), ("4", "data"), ("5", "run"),
+        ("1", "config"), ("2", "inputs before loading"), ("3", "model"), ("4", "data"), ("5", "launch"), ("6", "run"),
     ]  # fmt: skip
     functions = [f for _, _, f in layers]
     assert functions[0] == "StableDRLConfig.__post_init__"
-    assert functions[1:4] == ["check_inputs_before_loading", "check_model_setup", "check_data_setup"]
-    assert all(callable(getattr(validation, name)) for name in functions[1:4])
-    assert functions[4] == "safety.py"
+    assert functions[1:5] == [
+        "check_inputs_before_loading", "check_model_setup", "check_data_setup", "check_launch_setup",
+    ]  # fmt: skip
+    assert all(callable(getattr(validation, name)) for name in functions[1:5])
+    assert functions[5] == "safety.py"
 
 
 # --------------------------------------------------------------------------- 1. config
@@ -207,3 +209,12 @@ def test_every_family_is_told_from_a_saved_folder_before_loading(tmp_path, fixtu
     expected = detect_family(model) is not None
     assert expected == (fixture != "tiny_llama")
     assert validation.is_diffusion_before_loading(str(folder), args) is expected
+
+
+def test_launch_layer_refuses_processes_accelerate_runs_as_one(tmp_path, monkeypatch):
+    args = make_args(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match=r"2 processes were launched \(WORLD_SIZE=2\).*use_cpu=True"):
+        validation.check_launch_setup(args, 1, "NO")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    validation.check_launch_setup(args, 1, "NO")  # one process, one node: nothing to check
