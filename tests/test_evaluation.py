@@ -296,20 +296,21 @@ def test_each_family_is_evaluated_with_its_training_sampler(tiny_tokenizer, tiny
 def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenizer, monkeypatch):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from stabledrl_trl.diffusion import family as family_module
     from stabledrl_trl.tiny import tiny_sdar_config_dict
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         sdar = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_sdar_config_dict())).eval()
     calls = []
-    block_generate = family_module.block_generate
+    from stabledrl_trl.diffusion.families import sdar as sdar_family
+
+    block_generate = sdar_family.block_generate
 
     def counted(*args, **kwargs):
         calls.append(kwargs["block_size"])
         return block_generate(*args, **kwargs)
 
-    monkeypatch.setattr(family_module, "block_generate", counted)
+    monkeypatch.setattr(sdar_family, "block_generate", counted)
     result = _tiny_eval(sdar, tiny_tokenizer, _rows(["4131", "0000"]))
     assert calls and result["num_rows"] == 2
     with pytest.raises(ValueError, match="diffusion_sampler='dream'"):

@@ -12,15 +12,19 @@ A batch flows: prompts (left-padded) -> `generate` -> completion ids (B, C) with
 first EOS -> rewards and group advantages (TRL) -> `estimate` for the old policy (no gradient) and the current
 policy (with gradient) -> the objective in `objectives.py` -> `aggregate_loss`.
 
-Families registered here:
-- "llada", "masked_lm": full bidirectional attention. LLaDA's semi-autoregressive sampler
+The built-in families, one module each in `diffusion/families/` (registered in this order; detection tries them in
+it, the masked-LM fallback last):
+- `families/llada.py`, "llada": full bidirectional attention. LLaDA's semi-autoregressive sampler
   (`diffusion/sampler.py`) and the estimators of `diffusion/estimators.py` on the rollout's fixed canvas.
-- "dream": Dream's own sampler (`diffusion/dream_sampler.py`: global schedule, entropy / maskgit_plus /
-  topk_margin / origin ranking) and the full-attention estimators; Dream's logits are realigned by the adapter.
-- "sdar": block diffusion (SDAR, TraDo), block-causal attention. SDAR's block sampler with an exact KV cache
-  (`diffusion/block_sampler.py`) and one-pass staircase estimates (`diffusion/block_estimators.py`) with the same
-  masks and estimator forms as the full-attention family.
-- "llada2": LLaDA2 (MoE block diffusion): the same machinery with LLaDA2's generate rules (`LLaDA2Family`).
+- `families/dream.py`, "dream": Dream's own sampler (`diffusion/dream_sampler.py`: global schedule, entropy /
+  maskgit_plus / topk_margin / origin ranking) and the full-attention estimators; the adapter realigns its logits.
+- `families/sdar.py`, "sdar": block diffusion (SDAR, TraDo), block-causal attention. SDAR's block sampler with an
+  exact KV cache (`diffusion/block_sampler.py`) and one-pass staircase estimates (`diffusion/block_estimators.py`)
+  with the same masks and estimator forms as the full-attention family.
+- `families/llada2.py`, "llada2": LLaDA2 (MoE block diffusion): the same machinery with LLaDA2's generate rules.
+- `families/masked_lm.py`, "masked_lm": any transformers masked LM, as LLaDA.
+This module holds what they share: the `DiffusionFamily` interface, the samplers several families can use
+(`SAMPLERS`), the registry (`register_family`, `get_family`, `detect_family`, `detect_family_from_config`).
 Autoregressive models have no family: the trainer keeps TRL's generation and exact log-probabilities.
 `StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
 sampler of `SAMPLERS`; `check` rejects settings that sampler would ignore.
@@ -31,9 +35,10 @@ A family owns every fact the package needs about its models: which configs it de
 settings that sampler reads (`default_sampler`, `check`, `check_rollout_settings`), its likelihood estimator
 (`estimate`), the decoding snippet of the model card (`card_snippet`) and what DDP needs (`uses_every_parameter`).
 
-Adding a family is one module and one registration: subclass `DiffusionFamily` (or a family above), set `name`,
-`model_types` and the facts that differ, implement `generate` / `estimate` if the inherited ones do not fit, and call
-`register_family(MyFamily())` when the module is imported. Nothing else in the package names a family.
+Adding a family is one module and one registration, as each built-in one is: subclass `DiffusionFamily` (or a
+family above), set `name`, `model_types` and the facts that differ, implement `generate` / `estimate` if the
+inherited ones do not fit, and call `register_family(MyFamily())` when the module is imported. Nothing else in the
+package names a family.
 """
 
 from __future__ import annotations
@@ -44,11 +49,9 @@ import torch
 from torch import Tensor
 
 from .adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
-from .block_estimators import StaircaseLogits, staircase_estimate
-from .block_sampler import block_generate
 from .dream_sampler import generate as dream_generate
 from .dream_sampler import validate_dream_sampler_args
-from .estimators import LikelihoodEstimate, default_num_samples, estimate_likelihood, estimator_cost
+from .estimators import LikelihoodEstimate, default_num_samples, estimator_cost
 from .sampler import SamplerOutput, validate_sampler_args
 from .sampler import generate as llada_generate
 
@@ -133,7 +136,8 @@ class CardSnippet(NamedTuple):
 _COMMON_CARD_ARGS = "    mask_token_id=lm.mask_token_id,\n    eos_token_ids=lm.eos_token_ids,\n"
 
 
-def _card_call(function: str, model: str, body: str) -> str:
+def card_call(function: str, model: str, body: str) -> str:
+    """The call of a model card's decoding snippet: `function(model, inputs..., mask / EOS ids, body)`."""
     return (
         f'out = {function}(\n    {model},\n    inputs["input_ids"],\n    inputs["attention_mask"],\n'
         + _COMMON_CARD_ARGS
@@ -150,7 +154,7 @@ def _llada_card(settings) -> CardSnippet:
     )
     return CardSnippet(
         "from stabledrl_trl.diffusion.sampler import generate",
-        _card_call("generate", "lm", body),
+        card_call("generate", "lm", body),
         f"LLaDA's masked-diffusion sampler, {s.max_completion_length} positions in blocks of {s.block_length}, "
         f"{s.diffusion_steps} steps, temperature {s.temperature:g}, remasking '{s.remasking}'.",
     )
@@ -165,7 +169,7 @@ def _dream_card(settings) -> CardSnippet:
     )
     return CardSnippet(
         "from stabledrl_trl.diffusion.dream_sampler import generate",
-        _card_call("generate", "lm", body),
+        card_call("generate", "lm", body),
         f"Dream's sampler, {s.max_completion_length} positions, {s.diffusion_steps} steps, alg '{s.dream_alg}', "
         f"temperature {s.temperature:g}.",
     )
@@ -236,6 +240,16 @@ def check_sampler_settings(args, sampler: str) -> None:
                 "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
                 f"{DREAM_SAMPLER_DEFAULTS}."
             )
+
+
+def estimator_options(args) -> dict:
+    """The estimator's own keyword arguments under `args`: block_size for the block-random estimators, nodes for sdmc."""
+    name = args.likelihood_estimator
+    if name in ("block_random", "block_random_coupled"):
+        return {"block_size": args.estimator_block_size}
+    if name in ("sdmc", "sdmc_coupled"):
+        return {"nodes": getattr(args, "sdmc_nodes", None) or 3}
+    return {}
 
 
 class DiffusionFamily:
@@ -386,241 +400,6 @@ class DiffusionFamily:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-class MaskedDiffusionFamily(DiffusionFamily):
-    """Full-attention masked diffusion LMs (LLaDA, masked LMs): LLaDA's sampler, canvas-based estimators."""
-
-    name = "llada"
-    label = "LLaDA"
-    model_types = ("llada",)
-    uses_every_parameter = True
-    default_sampler = "llada"
-    supports_canvas_cache = True
-
-    def estimate(
-        self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
-    ):
-        # The sampler decodes a fixed canvas of max_completion_length positions, and the model sees the tail after
-        # the first EOS while it generates. Rebuild that canvas: the tail is unscored context, visible EOS tokens
-        # (eos_tail "visible") or mask tokens (eos_tail "masked", the official StableDRL code). In both modes the
-        # prompt's left padding is neither attended nor masked: the official code never pads (one prompt per
-        # rollout batch), so a padded row is scored exactly as the row alone.
-        c = completion_ids.size(1)
-        canvas = max(c, args.max_completion_length)
-        canvas_ids = completion_ids.new_full((completion_ids.size(0), canvas), fill_token_id)  # (B, G)
-        canvas_ids[:, :c] = torch.where(completion_mask.bool(), completion_ids, fill_token_id)
-        scored = completion_mask.new_zeros(canvas_ids.shape)  # (B, G)
-        scored[:, :c] = completion_mask
-        name = args.likelihood_estimator
-        masked_tail = args.eos_tail == "masked"
-        est = estimate_likelihood(
-            name,
-            adapter,
-            prompt_ids,
-            prompt_mask,
-            canvas_ids,
-            scored,
-            mask_token_id=adapter.mask_token_id,
-            seed=seeds,
-            context_mask=torch.ones_like(scored),
-            mask_context=masked_tail,
-            num_samples=self.num_mc_samples(args),
-            p_mask_prompt=args.p_mask_prompt,
-            chunk_size=args.estimator_chunk_size,
-            eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
-            **estimator_options(args),
-        )
-        est.token_logps, est.token_entropy = est.token_logps[:, :c], est.token_entropy[:, :c]  # (B, C)
-        return est
-
-
-class DreamFamily(MaskedDiffusionFamily):
-    """Dream / DiffuCoder: full attention, logits shifted by one (the adapter realigns them); rollouts use Dream's
-    own sampler by default (`diffusion_sampler="llada"` selects LLaDA's), likelihoods the full-attention estimators."""
-
-    name = "dream"
-    label = "Dream / DiffuCoder"
-    model_types = ("dream",)
-    default_sampler = "dream"
-    shifted_logits = True
-    supports_canvas_cache = False
-
-
-class MaskedLMFamily(MaskedDiffusionFamily):
-    """Any transformers masked LM with a mask token (BERT, RoBERTa, ModernBERT)."""
-
-    name = "masked_lm"
-    label = "a transformers masked LM"
-    uses_every_parameter = False  # not established for every transformers masked-LM architecture
-    supports_canvas_cache = False
-    fallback = True
-
-    def matches(self, model) -> bool:
-        """Any model of transformers' masked-LM mapping (BertForMaskedLM, ...), but not an encoder-decoder (BART sits
-        in the mapping but decodes causally)."""
-        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
-
-        config = getattr(model, "config", None)
-        if config is None or getattr(config, "is_encoder_decoder", False):
-            return False
-        try:
-            masked_lm_class = MODEL_FOR_MASKED_LM_MAPPING[type(config)]
-        except (KeyError, ValueError):
-            return False
-        classes = masked_lm_class if isinstance(masked_lm_class, tuple) else (masked_lm_class,)
-        return isinstance(model, classes)
-
-    def matches_config(self, config) -> bool:
-        """A config.json whose first architecture is a `...ForMaskedLM` and not an encoder-decoder."""
-        architectures = getattr(config, "architectures", None) or []
-        return bool(architectures) and str(architectures[0]).endswith("ForMaskedLM") and not getattr(
-            config, "is_encoder_decoder", False
-        )
-
-
-class BlockDiffusionFamily(DiffusionFamily):
-    """Block diffusion (SDAR, TraDo): SDAR's cached block sampler and staircase likelihood estimates.
-
-    The block size is the model's `config.block_size`. Rollouts: `max_completion_length` new tokens,
-    `block_denoising_steps` steps per block (None = block size), `block_remasking`, `block_confidence_threshold`,
-    `temperature`, `top_k`, `top_p`. A completion ends at its first EOS; nothing after it is part of the estimate
-    (block-causal attention: later blocks never influence earlier ones, and the rest of the EOS block is not kept by
-    TRL).
-    """
-
-    name = "sdar"
-    label = "SDAR / TraDo"
-    model_types = ("sdar",)
-    block_causal = True
-
-    @staticmethod
-    def block_size(adapter_or_model) -> int:
-        model = adapter_or_model.model if isinstance(adapter_or_model, DiffusionAdapter) else adapter_or_model
-        return int(unwrap_model(model).config.block_size)
-
-    def check(self, args, model) -> None:
-        super().check(args, model)
-        if getattr(args, "eos_tail", "visible") == "masked":  # evaluation passes sampler settings only
-            raise ValueError(
-                "eos_tail='masked' shows a full-attention canvas's tail after the first EOS as mask tokens; a "
-                "block-diffusion estimate has no such tail (block-causal attention: nothing after the EOS reaches the "
-                "scored tokens). Leave eos_tail='visible' for SDAR, TraDo and LLaDA2."
-            )
-        block = self.block_size(model)
-        steps = args.block_denoising_steps
-        if steps is not None and steps > block:
-            raise ValueError(
-                f"block_denoising_steps={steps} exceeds the model's block size {block}: every step reveals at least "
-                f"one token; use block_denoising_steps <= {block} or None (= {block})."
-            )
-
-    def training_logits(self, model, noisy_ids, clean_ids, attention_mask):
-        # every block denoised given the clean blocks before it: [noisy || clean] in one pass (SDAR's training loss)
-        return StaircaseLogits(model, self.block_size(model))(
-            torch.cat([noisy_ids, clean_ids], 1), torch.cat([attention_mask, attention_mask], 1)
-        )  # (B, L, V): the noisy copy's predictions
-
-    def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator):
-        out = block_generate(
-            adapter.model,
-            prompt_ids,
-            prompt_mask,
-            mask_token_id=adapter.mask_token_id,
-            eos_token_ids=tuple(eos_token_ids),
-            pad_token_id=adapter.pad_token_id,
-            block_size=self.block_size(adapter),
-            gen_length=args.max_completion_length,
-            denoising_steps=args.block_denoising_steps,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            remasking=args.block_remasking,
-            confidence_threshold=args.block_confidence_threshold,
-            **self.sampler_rules(prompt_ids, generator),
-        )
-        return SamplerOutput(out.completion_ids, out.completion_mask)
-
-    def sampler_rules(self, prompt_ids: Tensor, generator: torch.Generator) -> dict:
-        """The block sampler's family-specific options: SDAR's sampler draws from one generator for the batch."""
-        return {"generator": generator}
-
-    # The `sampler_rules` a model card's greedy call states (the generator is the card's own).
-    card_rules: str = ""
-
-    def check_rollout_settings(self, settings, adapter):
-        self.check(settings, adapter.model)  # block_generate checks its own arguments when called
-
-    def card_snippet(self, settings) -> CardSnippet:
-        s = settings
-        body = (
-            "    pad_token_id=lm.pad_token_id,\n    block_size=model.config.block_size,\n"
-            f"    gen_length={s.max_completion_length},\n    denoising_steps={s.block_denoising_steps!r},\n"
-            f"    temperature={s.temperature!r},\n    remasking={s.block_remasking!r},\n"
-            "    generator=torch.Generator().manual_seed(0),\n" + self.card_rules
-        )
-        return CardSnippet(
-            "import torch\n\nfrom stabledrl_trl.diffusion.block_sampler import block_generate",
-            _card_call("block_generate", "model", body),
-            f"{self.label} block-diffusion sampler, up to {s.max_completion_length} tokens, block_remasking "
-            f"'{s.block_remasking}', temperature {s.temperature:g}.",
-        )
-
-    def estimate(
-        self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds, fill_token_id
-    ):
-        name = args.likelihood_estimator
-        return staircase_estimate(
-            name,
-            adapter.model,
-            prompt_ids,
-            prompt_mask,
-            completion_ids,
-            completion_mask,
-            block_size=self.block_size(adapter),
-            mask_token_id=adapter.mask_token_id,
-            seed=seeds,
-            num_samples=self.num_mc_samples(args),
-            p_mask_prompt=args.p_mask_prompt,
-            chunk_size=args.estimator_chunk_size,
-            eubo_beta=args.sandwich_beta if (args.sandwich and torch.is_grad_enabled()) else None,
-            **{("estimator_block_size" if k == "block_size" else k): v for k, v in estimator_options(args).items()},
-        )
-
-
-def estimator_options(args) -> dict:
-    """The estimator's own keyword arguments under `args`: block_size for the block-random estimators, nodes for sdmc."""
-    name = args.likelihood_estimator
-    if name in ("block_random", "block_random_coupled"):
-        return {"block_size": args.estimator_block_size}
-    if name in ("sdmc", "sdmc_coupled"):
-        return {"nodes": getattr(args, "sdmc_nodes", None) or 3}
-    return {}
-
-
-class LLaDA2Family(BlockDiffusionFamily):
-    """LLaDA2 (MoE block diffusion): LLaDA2's `generate` algorithm on the cached block sampler, staircase estimates.
-
-    What differs from SDAR's sampler (`block_generate` options): the canvas is rounded up to whole blocks and the
-    completion cut at `max_completion_length` (`whole_blocks`), the mask token stays a candidate of the full softmax
-    (`mask_candidate`), and sampled candidates are drawn with `torch.multinomial` from one torch.Generator per row,
-    seeded from the trainer's generator (LLaDA2's draw). The threshold rule (`block_remasking`
-    "low_confidence_dynamic": strict >, every passing position committed, else the schedule's count) and the schedule
-    are SDAR's, which are LLaDA2's. Temperature 0 is greedy (the LLaDA2.1 rule; LLaDA2.0's hub code samples there).
-    Routed experts that no token chose get no gradient: DDP must search for unused parameters.
-    """
-
-    name = "llada2"
-    label = "LLaDA2"
-    model_types = ("llada2_moe",)
-    uses_every_parameter = False
-    card_rules = "    whole_blocks=True,\n    mask_candidate=True,\n"
-
-    def sampler_rules(self, prompt_ids, generator):
-        # LLaDA2's generate: whole-block canvas, the mask token among the candidates, one generator per row
-        seeds = torch.randint(0, 2**62, (prompt_ids.shape[0],), generator=generator, device=generator.device)
-        generators = [torch.Generator(device=prompt_ids.device).manual_seed(int(s)) for s in seeds.tolist()]
-        return {"generator": generators, "whole_blocks": True, "mask_candidate": True}
-
-
 # ----------------------------------------------------------------------------------------------- the registry
 
 # Every family the package knows, by name; `register_family` adds one.
@@ -692,5 +471,11 @@ def family_labels() -> str:
     return ", ".join(labels[:-1]) + f" or {labels[-1]}" if len(labels) > 1 else "".join(labels)
 
 
-for _family in (MaskedDiffusionFamily(), DreamFamily(), BlockDiffusionFamily(), LLaDA2Family(), MaskedLMFamily()):
-    register_family(_family)
+# The built-in families, one module each (diffusion/families/), register themselves when imported; they build on the
+# definitions above, so they are imported last.
+from . import families  # noqa: E402, F401
+from .families.dream import DreamFamily  # noqa: E402, F401
+from .families.llada import MaskedDiffusionFamily  # noqa: E402, F401
+from .families.llada2 import LLaDA2Family  # noqa: E402, F401
+from .families.masked_lm import MaskedLMFamily  # noqa: E402, F401
+from .families.sdar import BlockDiffusionFamily  # noqa: E402, F401
