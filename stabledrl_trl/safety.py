@@ -429,7 +429,7 @@ def suggest_fields(message: str, known: list[str]) -> str:
     import difflib
 
     hints = []
-    names = list(dict.fromkeys(re.findall(r"--([A-Za-z][A-Za-z0-9_]*)", message)))
+    names = list(dict.fromkeys(re.findall(r"--([A-Za-z][A-Za-z0-9_-]*)", message)))
     if len(message) > 1000:  # the values are printed too: keep the names only (bounded, whatever the values hold)
         message = f"{message.split(':', 1)[0]}: {', '.join('--' + n for n in names)} (values not shown)"
     for name in names:
@@ -437,6 +437,14 @@ def suggest_fields(message: str, known: list[str]) -> str:
         if close:
             hints.append(f"{name!r}: did you mean {close[0]!r}?")
     return message if not hints else f"{message} ({'; '.join(hints)})"
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    """" 'name': did you mean 'field'?" for the known field closest to `name` ('-' read as '_'), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(name.replace("-", "_"), known, n=1, cutoff=0.75)
+    return f" {name!r}: did you mean {close[0]!r}?" if close else ""
 
 
 def make_trl_parser(dataclass_types):
@@ -457,9 +465,18 @@ def make_trl_parser(dataclass_types):
             try:
                 return super().parse_args_and_config(args, *a, **k)
             except ValueError as error:
-                if "Unknown arguments" not in str(error) and "not used by the HfArgumentParser" not in str(error):
+                text = str(error)
+                if "Unknown arguments" not in text and "not used by the HfArgumentParser" not in text:
                     raise
                 known = [f.name for t in dataclass_types for f in dataclasses.fields(t)]
-                raise ValueError(suggest_fields(str(error), known)) from None
+                names = list(dict.fromkeys(re.findall(r"--([A-Za-z][A-Za-z0-9_-]*)", text)))
+                in_file = "config file" in text
+                shown = ", ".join(n if in_file else f"--{n}" for n in names)
+                hints = "".join(_did_you_mean(n, known) for n in names)
+                raise ValueError(
+                    f"Unknown {'key(s) in the config file' if in_file else 'command-line flag(s)'}: {shown}.{hints} "
+                    "Fix the spelling or remove them (`--help` lists every field; an unknown key is never ignored)."
+                ) from None
 
-    return SuggestingParser(dataclass_types)
+    # allow_abbrev=False: argparse would otherwise take a misspelt prefix (--learning_rat) for the field it starts
+    return SuggestingParser(dataclass_types, allow_abbrev=False)

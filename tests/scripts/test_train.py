@@ -81,6 +81,25 @@ def test_misspelt_yaml_key_suggests_the_field(tmp_path, load_script):
         train.make_parser().parse_args_and_config(["--config", str(config), "--output_dir", str(tmp_path)])
 
 
+def test_a_flag_abbreviated_or_misspelt_is_refused_not_taken_for_the_field_it_starts(load_script, tmp_path):
+    """argparse would read --learning_rat as --learning_rate (a prefix); the parsers refuse it and name the field."""
+    import pytest
+
+    train = load_script("train")
+    config = tmp_path / "ok.yaml"
+    config.write_text("use_cpu: true\nbf16: false\n")
+    base = ["--config", str(config), "--output_dir", str(tmp_path)]
+    for flag, field in (("--learning_rat", "learning_rate"), ("--max_ste", "max_steps")):
+        with pytest.raises(ValueError, match=rf"Unknown command-line flag\(s\): {flag}\. .*did you mean '{field}'"):
+            train.make_parser().parse_args_and_config([*base, flag, "1"])
+    config.write_text("use_cpu: true\nbf16: false\noutput-dir: x\n")
+    with pytest.raises(ValueError, match=r"Unknown key\(s\) in the config file: output-dir\. 'output-dir': did you mean"):
+        train.make_parser().parse_args_and_config(["--config", str(config), "--output_dir", str(tmp_path)])
+    config.write_text("use_cpu: true\nbf16: false\n")
+    (_, args, _) = train.make_parser().parse_args_and_config([*base[:2], "--output-dir", str(tmp_path)])
+    assert args.output_dir == str(tmp_path)  # the dashed spelling of a field stays accepted
+
+
 def test_model_path_with_tiny_model_is_refused_before_the_warm_up(tmp_path, load_script):
     """tiny.yaml plus a model_name_or_path (a newcomer adapting the quick start): an error, not the tiny model."""
     import pytest
