@@ -36,8 +36,7 @@ def make_args(tmp_path, **kw):
     base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                 per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
                 max_completion_length=8, max_steps=2, learning_rate=1e-3, logging_steps=1, save_strategy="no",
-                seed=7, temperature=1.0, likelihood_estimator="mc_elbo", mc_samples=2,
-                block_length=8, diffusion_steps=8)  # LLaDA-sampler fields: unused here, validated by the config  # fmt: skip
+                seed=7, temperature=1.0, likelihood_estimator="mc_elbo", mc_samples=2)  # fmt: skip
     base.update(kw)
     return StableDRLConfig(**base)
 
@@ -113,6 +112,17 @@ def test_block_steps_beyond_the_models_block_are_refused(tmp_path):
         StableDRLTrainer(model=make_sdar(), reward_funcs=digit_reward, args=make_args(tmp_path, block_denoising_steps=8),
                          train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
 
+
+
+@pytest.mark.parametrize("layout", [dict(block_length=4), dict(diffusion_steps=8), dict(block_length=2, diffusion_steps=4)])
+def test_llada_layout_set_for_a_block_diffusion_model_is_refused_not_ignored(tmp_path, layout):
+    """block_length / diffusion_steps drive LLaDA's sampler only; set for SDAR they would be ignored. Left unset (the
+    values max_completion_length derives: 8 positions -> one block of 8, 4 steps) they are accepted."""
+    with pytest.raises(ValueError, match="which sdar models do not use"):
+        StableDRLTrainer(model=make_sdar(), reward_funcs=digit_reward, args=make_args(tmp_path, **layout),
+                         train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
+    args = make_args(tmp_path)
+    assert (args.block_length, args.diffusion_steps) == (8, 4)
 
 @pytest.mark.parametrize(
     "field, value, match",

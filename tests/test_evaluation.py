@@ -175,7 +175,7 @@ def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
 
     model = build_tiny_model(tiny_tokenizer, seed=1, architecture="sdar").eval()
     rows = _rows(["4131", "9876", "5501"])
-    settings = _settings(GEN, 8, 8, temperature=0.0, block_remasking="low_confidence_static")
+    settings = _settings(GEN, None, None, temperature=0.0, block_remasking="low_confidence_static")
     result = evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward, settings=settings, batch_size=2,
                             progress=False)  # fmt: skip
     adapter = as_diffusion_lm(model, tiny_tokenizer)
@@ -189,7 +189,10 @@ def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
         assert record["completion"] == text
     with pytest.raises(ValueError, match="denoising_steps=8 exceeds"):
         evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward,
-                       settings=_settings(GEN, 8, 8, block_denoising_steps=8), progress=False)  # fmt: skip
+                       settings=_settings(GEN, None, None, block_denoising_steps=8), progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="block_length.*diffusion_steps.*which sdar models do not use"):
+        evaluate_model(model, tiny_tokenizer, rows, digit_sort_correctness_reward,
+                       settings=_settings(GEN, 4, 2), progress=False)  # LLaDA's layout: not this sampler's  # fmt: skip
 
 
 # ---- grading: the tasks' tagged correctness reward or the official StableDRL grading
@@ -269,7 +272,8 @@ def test_each_family_is_evaluated_with_its_training_sampler(tiny_tokenizer, tiny
         monkeypatch.setitem(family_module.SAMPLERS, name, sampler._replace(run=spy))
     rows = _rows(["4131", "0000"])
     dream = _tiny_dream()
-    result = _tiny_eval(dream, tiny_tokenizer, rows, temperature=0.0, dream_alg="maskgit_plus", batch_size=2)
+    result = _tiny_eval(dream, tiny_tokenizer, rows, temperature=0.0, dream_alg="maskgit_plus", batch_size=2,
+                        block_length=None)
     assert calls == ["dream"]
     # the completions are Dream's sampler's, run directly on the same left-padded prompts
     from stabledrl_trl.diffusion.adapter import as_diffusion_lm
@@ -311,12 +315,12 @@ def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenize
         return block_generate(*args, **kwargs)
 
     monkeypatch.setattr(sdar_family, "block_generate", counted)
-    result = _tiny_eval(sdar, tiny_tokenizer, _rows(["4131", "0000"]))
+    result = _tiny_eval(sdar, tiny_tokenizer, _rows(["4131", "0000"]), block_length=None, diffusion_steps=None)
     assert calls and result["num_rows"] == 2
     with pytest.raises(ValueError, match="diffusion_sampler='dream'"):
-        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), diffusion_sampler="dream")
+        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), diffusion_sampler="dream", block_length=None)
     with pytest.raises(ValueError, match="dream_alg"):  # a setting its sampler would ignore
-        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), dream_alg="origin")
+        _tiny_eval(sdar, tiny_tokenizer, _rows(["4131"]), dream_alg="origin", block_length=None)
 
 
 def _distinct_characters(prompts, completions, **kwargs):

@@ -436,7 +436,8 @@ def test_model_card_names_stabledrl_cites_the_paper_and_its_quick_start_runs(tmp
     import sys
 
     model = {"llada": make_llada, "dream": make_dream, "sdar": make_sdar, "llada2": make_llada2}[family]()
-    args = make_args(tmp_path, max_steps=1, save_strategy="steps", save_steps=1)
+    layout = {} if family == "llada" else dict(block_length=None, diffusion_steps=None)  # LLaDA's layout: its own
+    args = make_args(tmp_path, max_steps=1, save_strategy="steps", save_steps=1, **layout)
     trainer = make_trainer(tmp_path, model=model, args=args)
     assert trainer._family == family
     trainer.train()  # each checkpoint writes the model card, README.md, into output_dir (as TRL does)

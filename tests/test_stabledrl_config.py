@@ -304,8 +304,12 @@ def test_dream_sampler_defaults_and_no_block_layout(tmp_path):
     cfg = make(tmp_path)
     assert (cfg.diffusion_sampler, cfg.dream_alg, cfg.dream_alg_temp, cfg.dream_eps) == ("auto", "entropy", 0.0, 1e-3)
     # Dream's sampler has no blocks: LLaDA's block layout constraints do not apply to it ...
-    dream = make(tmp_path, diffusion_sampler="dream", max_completion_length=60, diffusion_steps=7, top_p=0.95)
+    dream = make(tmp_path, diffusion_sampler="dream", max_completion_length=60, diffusion_steps=7, top_p=0.95,
+                 block_length=None)  # fmt: skip
     assert dream.diffusion_sampler == "dream"
+    # ... and a block_length set for it would be ignored: refused (the derived default is not "set")
+    with pytest.raises(ValueError, match=r"\{'block_length': 32\}: Dream's sampler .* without LLaDA's blocks"):
+        make(tmp_path, diffusion_sampler="dream", max_completion_length=60, diffusion_steps=7, block_length=32)
     # ... but they do where LLaDA's sampler may run
     for sampler in ("auto", "llada"):
         with pytest.raises(ValueError, match="block_length"):

@@ -763,7 +763,7 @@ def test_dream_trains_with_dreams_own_sampler(tmp_path, monkeypatch):
     trainer = StableDRLTrainer(
         model=model,
         reward_funcs=digit_reward,
-        args=make_args(tmp_path, max_steps=2, top_p=0.95),
+        args=make_args(tmp_path, max_steps=2, top_p=0.95, block_length=None),  # Dream's sampler has no blocks
         train_dataset=make_dataset(),
         processing_class=build_tiny_tokenizer(),
     )
@@ -964,7 +964,7 @@ def test_trained_dream_is_saved_in_dreams_format(tmp_path):
     trainer = StableDRLTrainer(
         model=str(source),
         reward_funcs=digit_reward,
-        args=make_args(tmp_path, max_steps=1),
+        args=make_args(tmp_path, max_steps=1, block_length=None),  # Dream's sampler has no blocks
         train_dataset=make_dataset(),
         processing_class=build_tiny_tokenizer(),
     )

@@ -213,9 +213,27 @@ def fast_rollout_settings(args) -> dict:
     return {k: getattr(args, k) for k, v in FAST_ROLLOUT_DEFAULTS.items() if getattr(args, k, v) != v}
 
 
+def explicit_layout(args, names=("block_length", "diffusion_steps")) -> dict:
+    """LLaDA's layout fields of `names` that `args` sets away from the values `max_completion_length` derives (what a
+    sampler without LLaDA's blocks would ignore); a value equal to the derived one cannot be told from unset."""
+    from ..stabledrl_config import resolve_diffusion_layout
+
+    length = getattr(args, "max_completion_length", None)
+    if length is None:
+        return {}
+    derived = dict(zip(("block_length", "diffusion_steps"), resolve_diffusion_layout(length, None, None, check=False)))
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) not in (None, derived[name])}
+
+
 def check_sampler_settings(args, sampler: str) -> None:
     """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
     if sampler == "dream":
+        layout = explicit_layout(args, names=("block_length",))
+        if layout:
+            raise ValueError(
+                f"{layout}: Dream's sampler decodes the whole completion at once, without LLaDA's blocks, so "
+                "block_length would be ignored; remove it (diffusion_steps sets Dream's steps)."
+            )
         fast = fast_rollout_settings(args)
         if fast:
             raise ValueError(
@@ -329,6 +347,7 @@ class DiffusionFamily:
             if getattr(args, "cfg_scale", 0) != 0:
                 unused["cfg_scale"] = args.cfg_scale
             unused.update(fast_rollout_settings(args))
+            unused.update(explicit_layout(args))  # LLaDA's blocks and steps (block_denoising_steps sets this sampler's)
             if unused:
                 raise ValueError(
                     f"{unused} are settings of LLaDA's / Dream's samplers, which {self.name} models do not use (they "

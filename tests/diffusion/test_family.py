@@ -213,7 +213,7 @@ def test_dream_family_uses_dreams_sampler_by_default(tiny_tokenizer, tmp_path):
         generator=torch.Generator().manual_seed(3),
     )
     assert torch.equal(out.completion_ids, ref.completion_ids)
-    dream_args = _args(tmp_path, diffusion_sampler="dream", dream_alg="maskgit_plus", temperature=0.0)
+    dream_args = _args(tmp_path, diffusion_sampler="dream", dream_alg="maskgit_plus", temperature=0.0, block_length=None)
     assert get_family("llada").sampler_name(dream_args) == "dream"
 
 
@@ -227,7 +227,7 @@ def test_dream_family_uses_dreams_sampler_by_default(tiny_tokenizer, tmp_path):
     ],
 )
 def test_family_rejects_settings_its_sampler_ignores(tmp_path, family, kwargs, match):
-    args = _args(tmp_path, **kwargs)  # "auto": valid at construction, the family decides
+    args = _args(tmp_path, block_length=None, **kwargs)  # "auto": valid at construction, the family decides
     with pytest.raises(ValueError, match=match):
         get_family(family).check(args, None)
     get_family("llada" if family == "dream" else "dream").check(args, None)  # the other family's sampler reads them

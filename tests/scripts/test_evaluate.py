@@ -144,14 +144,14 @@ def test_lora_adapter_is_loaded_without_merging(evaluate_script, checkpoints, tm
 def test_sampler_settings_precedence(evaluate_script, tmp_path):
     config = tmp_path / "train.yaml"
     config.write_text(
-        "max_completion_length: 16\nblock_length: 8\ndiffusion_steps: 16\ntemperature: 0.7\n"
+        "max_completion_length: 16\nblock_length: 16\ndiffusion_steps: 16\ntemperature: 0.7\n"
         "diffusion_sampler: dream\ndream_alg: maskgit_plus\ntop_p: 0.9\n"
     )
     (args,) = evaluate_script.make_parser().parse_args_and_config(
         ["--model_name_or_path", "m", "--training_config", str(config), "--steps", "8", "--top_p", "0.95"]
     )
     assert evaluate_script.sampler_settings(args).to_dict() == {
-        "max_completion_length": 16, "block_length": 8, "diffusion_steps": 8, "temperature": 0.7,
+        "max_completion_length": 16, "block_length": 16, "diffusion_steps": 8, "temperature": 0.7,
         "remasking": "low_confidence", "cfg_scale": 0.0, "diffusion_sampler": "dream", "dream_alg": "maskgit_plus",
         "dream_alg_temp": 0.0, "dream_eps": 1e-3, "top_p": 0.95, "top_k": 0, "block_denoising_steps": None,
         "block_remasking": "low_confidence_dynamic", "block_confidence_threshold": 0.9, "rollout_cache": "none",
@@ -287,7 +287,7 @@ def test_block_diffusion_checkpoint_with_its_training_config(evaluate_script, tm
     result = evaluate_script.main(argv=argv)
     assert result["sampler"]["block_remasking"] == "low_confidence_dynamic" and result["n"] == 4
     rows = load_task_dataset("digit_sort", "test", num_samples=4, seed=0)
-    settings = SamplerSettings.from_fields(max_completion_length=8, block_length=8, diffusion_steps=8, temperature=0.0)
+    settings = SamplerSettings.from_fields(max_completion_length=8, temperature=0.0)
     direct = evaluate_model(model.eval(), tokenizer, rows, get_task("digit_sort"), settings=settings, progress=False)
     assert [r["completion"] for r in result["records"]] == [r["completion"] for r in direct["records"]]
 
