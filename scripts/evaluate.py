@@ -7,7 +7,9 @@
 loaded on its base model (`base_model_name_or_path`, default: the one recorded in adapter_config.json) with
 `PeftModel.from_pretrained`, without merging. The sampler settings default to the training run's when
 `--training_config` names its YAML (every `SamplerSettings` field: max_completion_length, block_length,
-diffusion_steps, temperature, ..., rollout_cache), else to StableDRLConfig's defaults; explicit flags override both.
+diffusion_steps, temperature, ..., rollout_cache), else to StableDRLConfig's defaults; explicit flags override both
+(`--help` lists them last, as "[sampler: ...]"). The numbers, dtype, device, styles and data paths are checked, and the
+rows loaded, before the model loads: a bad value fails in seconds, not after an 8B model's weights load.
 The settings, the model paths and the model are checked by training's own validation layers (`validation.py`: the
 config, `check_model_source`, the family's check in `evaluate_model`). The prompt style (tagged or official)
 follows the same precedence (default "tagged"), and so does the grading (`reward_style`, default: the prompt style):
@@ -31,9 +33,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 RENAMED_FLAGS = {"gen_length": "max_completion_length", "steps": "diffusion_steps", "sampler": "diffusion_sampler"}
 
 
-def _sampler_flags():
+def _sampler_flags() -> list:
     """One optional flag per `SamplerSettings` field, its help taken from the `StableDRLConfig` field it sets: the
-    list of sampler settings is written once, in `SamplerSettings`."""
+    list of sampler settings is written once, in `SamplerSettings`. Fresh `(name, type, Field)` specs on every call
+    (a dataclass takes ownership of its Field objects)."""
     import typing
 
     from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
@@ -49,16 +52,15 @@ def _sampler_flags():
         where = name if name not in flag_of else f"{name}, here --{flag_of[name]}"
         help_text = f"[sampler: {where}] {config_fields[name].metadata.get('help', '')}"
         flags.append((flag_of.get(name, name), kind, field(default=None, metadata={"help": help_text})))
-    return make_dataclass("SamplerFlags", flags)
+    return flags
 
 
-SamplerFlags = _sampler_flags()
+SamplerFlags = make_dataclass("SamplerFlags", _sampler_flags())
 
 
 @dataclass
-class EvaluateArguments(SamplerFlags):
-    """Options of scripts/evaluate.py. The sampler flags (`SamplerFlags`, one per `SamplerSettings` field) default to
-    the training YAML's value (`--training_config`), else to StableDRLConfig's default."""
+class EvaluateOptions:
+    """The options of scripts/evaluate.py other than the sampler flags."""
 
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Model folder or hub id, or a LoRA adapter folder (saved with peft)."}
@@ -97,7 +99,10 @@ class EvaluateArguments(SamplerFlags):
     )
     training_config: str | None = field(
         default=None,
-        metadata={"help": "The training run's YAML; its sampler settings become the defaults of the flags below."},
+        metadata={
+            "help": "The training run's YAML: its prompt_style, reward_style and sampler settings become the defaults "
+            "of --prompt_style, --reward_style and the [sampler: ...] flags (listed last)."
+        },
     )
     batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
     seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
@@ -118,6 +123,19 @@ class EvaluateArguments(SamplerFlags):
         default=False,
         metadata={"help": "Allow pickle weights (.bin / .pt), which can run code when loaded. Off: safetensors only."},
     )
+
+
+EvaluateArguments = make_dataclass(
+    "EvaluateArguments",
+    _sampler_flags(),
+    bases=(EvaluateOptions,),
+    namespace={
+        "__module__": __name__,
+        "__doc__": "Options of scripts/evaluate.py: `EvaluateOptions`, then one flag per `SamplerSettings` field (the "
+        "fields of `SamplerFlags`, listed last in --help), each defaulting to the training YAML's value "
+        "(`--training_config`), else to StableDRLConfig's default.",
+    },
+)
 
 
 def make_parser(subparsers=None):
@@ -186,13 +204,10 @@ def load_training_config(path: str | None) -> dict:
     return training
 
 
-def _training_dataclasses() -> tuple:
-    """scripts/train.py's three dataclasses (its script arguments, StableDRLConfig, TRL's ModelConfig)."""
+def _train_script():
+    """scripts/train.py as a module (its dataclasses and its checks of num_threads and seeds, shared with this
+    script); importing it is cheap (its heavy imports are inside its functions)."""
     import importlib.util
-
-    from trl import ModelConfig
-
-    from stabledrl_trl.stabledrl_config import StableDRLConfig
 
     name = "_stabledrl_train_script"
     train = sys.modules.get(name)
@@ -203,7 +218,16 @@ def _training_dataclasses() -> tuple:
         train = importlib.util.module_from_spec(spec)
         sys.modules[name] = train  # dataclasses look their module up while the class is built
         spec.loader.exec_module(train)
-    return (train.TrainScriptArguments, StableDRLConfig, ModelConfig)
+    return train
+
+
+def _training_dataclasses() -> tuple:
+    """scripts/train.py's three dataclasses (its script arguments, StableDRLConfig, TRL's ModelConfig)."""
+    from trl import ModelConfig
+
+    from stabledrl_trl.stabledrl_config import StableDRLConfig
+
+    return (_train_script().TrainScriptArguments, StableDRLConfig, ModelConfig)
 
 
 def _training_value(args: EvaluateArguments, key: str):
@@ -227,18 +251,137 @@ def reward_style(args: EvaluateArguments) -> str:
     return _training_value(args, "reward_style") or prompt_style(args)
 
 
+def _style_given(args: EvaluateArguments, flag: str, value: str) -> str:
+    """`--flag='value'` and, unless the flag was given, where the value came from (for error messages)."""
+    given = f"--{flag}={value!r}"
+    if getattr(args, flag) is not None:
+        return given
+    if _training_value(args, flag) is not None:
+        return f"{given} (the {flag} of --training_config {args.training_config})"
+    return f"{given} (following the prompt style)"
+
+
+def check_styles(args: EvaluateArguments, task) -> tuple[str, str]:
+    """(prompt style, grading), refused with this script's flag names when unknown or when `task` has no official
+    form (e.g. a GSM8K training config evaluated on digit_sort): before the model loads."""
+    from stabledrl_trl.tasks import PROMPT_STYLES, TASKS
+
+    styles = {"prompt_style": prompt_style(args), "reward_style": reward_style(args)}
+    for flag, value in styles.items():
+        if value not in PROMPT_STYLES:
+            raise ValueError(
+                f"{_style_given(args, flag, value)} is not a style; choose one of {', '.join(PROMPT_STYLES)}."
+            )
+    refused = [flag for flag, value in styles.items() if value not in task.prompt_styles]
+    if refused:
+        given = " and ".join(_style_given(args, flag, styles[flag]) for flag in refused)
+        official = ", ".join(name for name, spec in TASKS.items() if spec.official_reward is not None)
+        raise ValueError(
+            f"task {task.name!r} has no official StableDRL form, but {given}; pass "
+            f"{' '.join(f'--{flag} tagged' for flag in refused)} (official forms exist for {official})."
+        )
+    return styles["prompt_style"], styles["reward_style"]
+
+
+def model_dtype(args: EvaluateArguments):
+    """The torch dtype of --dtype ("auto" kept as is)."""
+    import torch
+
+    dtype = args.dtype if args.dtype == "auto" else getattr(torch, str(args.dtype), None)
+    if dtype is None or (dtype != "auto" and not isinstance(dtype, torch.dtype)):
+        raise ValueError(f"--dtype={args.dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto.")
+    return dtype
+
+
+def resolve_device(args: EvaluateArguments) -> str:
+    """--device, checked against this machine (None: cuda when available, else cpu): a device torch cannot reach
+    is refused naming the flag, before the model loads."""
+    import torch
+
+    if args.device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(
+            f"--device={args.device!r} is not a torch device; use cpu, cuda, cuda:<index> or mps, or leave --device "
+            "out (cuda when available, else cpu)."
+        ) from None
+    backend = getattr(torch, device.type, None) if device.type != "cpu" else None
+    if device.type == "mps":
+        backend = torch.backends.mps
+    if backend is not None and hasattr(backend, "is_available") and not backend.is_available():
+        build = f"torch {torch.__version__}" + (" (a CPU-only build)" if torch.version.cuda is None else "")
+        raise ValueError(
+            f"--device={args.device!r}: no {device.type} device is available to {build}; use --device cpu, or leave "
+            "--device out (cuda when available, else cpu)."
+        )
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"--device={args.device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) (indices 0 to "
+            f"{torch.cuda.device_count() - 1}); choose one of them."
+        )
+    return args.device
+
+
+def check_data_paths(args: EvaluateArguments) -> None:
+    """A --dataset_path meant as a local path, or a --data_files file, that does not exist: refused naming the flag
+    (the dataset builder's own error does not, and a missing path would otherwise be tried on the hub)."""
+    import glob
+
+    for flag in ("dataset_path", "data_files"):
+        value = getattr(args, flag)
+        if not isinstance(value, str) or "://" in value or os.path.exists(os.path.expanduser(value)):
+            continue
+        if glob.has_magic(value) and glob.glob(os.path.expanduser(value)):
+            continue
+        first = value.split("/", 1)[0]
+        local = (
+            flag == "data_files"
+            or value.startswith(("/", "./", "../", "~"))
+            or value.count("/") != 1
+            or os.path.isdir(first)
+            or os.path.splitext(value)[1] in (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt")
+        )
+        if local:
+            raise FileNotFoundError(
+                f"--{flag}={value!r} does not exist ({os.path.abspath(os.path.expanduser(value))}); give an existing "
+                "data file or folder"
+                + (", a hub dataset id (owner/name)" if flag == "dataset_path" else "")
+                + f", or leave --{flag} out for the task's default dataset."
+            )
+
+
+def check_arguments(args: EvaluateArguments) -> None:
+    """The cheap checks of the numbers and names, before the dataset and the model load (an 8B model takes minutes
+    to load: a bad value must not wait for it)."""
+    train = _train_script()
+    train.check_num_threads(args.num_threads, "--num_threads")
+    for flag in ("batch_size", "num_samples"):
+        value = getattr(args, flag)
+        if value is None and flag == "num_samples":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            fix = "e.g. 32" if flag == "batch_size" else "or leave --num_samples out to evaluate every row"
+            raise ValueError(f"--{flag}={value!r} must be a positive integer ({fix}).")
+    if args.num_samples is not None:
+        # the row selection shuffles with datasets, which refuses negative seeds
+        train.check_seed(args.dataset_seed, "--dataset_seed", high=None)
+    model_dtype(args)
+    resolve_device(args)
+    check_data_paths(args)
+
+
 def load_model(args: EvaluateArguments):
     """(model, tokenizer, is_adapter): a full model, or a LoRA adapter on its base model (not merged)."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import stabledrl_trl  # noqa: F401  (registers LLaDA and Dream with the Auto classes)
 
     if args.model_name_or_path is None:
         raise ValueError("model_name_or_path is not set: pass a model folder, hub id or LoRA adapter folder.")
-    dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype, None)
-    if dtype is None or (dtype != "auto" and not isinstance(dtype, torch.dtype)):
-        raise ValueError(f"dtype={args.dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto.")
+    dtype = model_dtype(args)
+    device = resolve_device(args)
     from stabledrl_trl.validation import check_model_source
 
     # training's checks of a model path (validation's inputs-before-loading layer)
@@ -266,7 +409,6 @@ def load_model(args: EvaluateArguments):
         model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype, **load_kwargs)
         tokenizer_path = args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, padding_side="left")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval(), tokenizer, is_adapter
 
 
@@ -277,18 +419,17 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
     if args is None:
         (args,) = make_parser().parse_args_and_config(argv)
     task = get_task(args.task)
+    check_arguments(args)  # numbers, dtype, device, data paths: before anything loads
     if args.num_threads is not None:
         import torch
 
-        if args.num_threads < 1:
-            raise ValueError(f"num_threads must be a positive integer or None, got {args.num_threads}.")
         torch.set_num_threads(args.num_threads)
     settings = sampler_settings(args)
-    grading = reward_style(args)
+    style, grading = check_styles(args, task)
     resolve_grading(task, grading)  # a bad grading fails before the model loads
     if args.output_file is not None:
         check_writable(args.output_file)  # before the evaluation, not after it
-    model, tokenizer, is_adapter = load_model(args)
+    # the rows before the model: a bad split or data file fails in seconds, not after the weights load
     dataset = load_task_dataset(
         args.task,
         args.split,
@@ -297,8 +438,9 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         num_samples=args.num_samples,
         system_prompt=args.system_prompt,
         seed=args.dataset_seed,
-        prompt_style=prompt_style(args),
+        prompt_style=style,
     )
+    model, tokenizer, is_adapter = load_model(args)
     result = evaluate_model(
         model,
         tokenizer,

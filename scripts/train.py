@@ -221,6 +221,31 @@ def make_parser(subparsers=None):
 
 
 MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")
+# transformers' set_seed seeds numpy's legacy generator, which takes 0 <= seed < 2**32.
+MAX_SEED = 2**32 - 1
+
+
+def check_num_threads(value, name: str = "num_threads") -> None:
+    """`num_threads` (torch's intra-op CPU threads) is None or a positive integer; `name` is the field or flag the
+    user set (scripts/evaluate.py shares this check)."""
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(
+            f"{name}={value!r} must be a positive integer (torch's intra-op CPU threads; 1 is fastest for tiny "
+            f"models on a small or busy CPU), or leave {name} out to keep torch's default."
+        )
+
+
+def check_seed(value, name: str = "seed", high: int | None = MAX_SEED) -> None:
+    """A seed is an integer in [0, high]: numpy (transformers' set_seed) and datasets' shuffle refuse negative seeds,
+    deep inside their own code and without the field's name."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (high is not None and value > high):
+        bound = f"from 0 to {high}" if high is not None else ">= 0"
+        raise ValueError(
+            f"{name}={value!r} is not a valid seed: give an integer {bound} (numpy and datasets refuse negative "
+            "seeds), e.g. 42."
+        )
 
 
 def check_script_args(script_args) -> None:
@@ -230,6 +255,7 @@ def check_script_args(script_args) -> None:
 
     check_field_types(script_args)
     check_config_values(script_args, typing.get_type_hints(type(script_args)))
+    check_num_threads(script_args.num_threads)
     if script_args.sft_max_steps < 0:
         raise ValueError(
             f"sft_max_steps={script_args.sft_max_steps} must be >= 0 (0 skips the SFT warm-up; the default is 200)."
@@ -420,6 +446,7 @@ def _run(script_args, training_args, model_args):
 
     check_script_args(script_args)  # before the SFT warm-up, not after it
     check_model_args(model_args)
+    check_seed(training_args.seed, "seed")  # seeds the warm-up, the data shuffle and transformers' set_seed
     if script_args.tiny_model and model_args.model_name_or_path is not None:
         raise ValueError(
             f"model_name_or_path={model_args.model_name_or_path!r} is set together with tiny_model: true, which "

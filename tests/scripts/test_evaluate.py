@@ -318,8 +318,10 @@ def test_reward_style_precedence(evaluate_script, tmp_path):
     assert evaluate_script.reward_style(args) == "official"
     (args,) = parse(["--model_name_or_path", "m"])
     assert evaluate_script.reward_style(args) == "tagged"  # the default
-    with pytest.raises(ValueError, match="grading='official': task 'digit_sort' has no official"):
+    with pytest.raises(ValueError, match="task 'digit_sort' has no official") as error:
         evaluate_script.main(argv=["--model_name_or_path", "m", "--reward_style", "official"])  # before loading
+    assert "--reward_style='official'" in str(error.value) and "pass --reward_style tagged " in str(error.value)
+    assert "prompt_style" not in str(error.value)  # the prompt style (tagged) is fine: only the flag at fault
 
 
 def test_official_grading_is_written_to_the_json(evaluate_script, checkpoints, tmp_path):
@@ -353,3 +355,108 @@ def test_every_sampler_setting_is_a_flag_that_reaches_the_settings(evaluate_scri
     assert (settings.top_k, settings.reward_text) == (5, "canvas")
     with pytest.raises(ValueError, match="rollout_cache"):
         evaluate_script.sampler_settings(evaluate_script.make_parser().parse_args_and_config(["--rollout_cache=x"])[0])
+
+
+@pytest.fixture
+def no_model_load(evaluate_script, monkeypatch):
+    """load_model replaced by a failure: a test using this fixture proves its error comes before the weights load."""
+
+    def refuse(args):
+        raise AssertionError("the model was loaded before the bad value was refused")
+
+    monkeypatch.setattr(evaluate_script, "load_model", refuse)
+
+
+@pytest.mark.parametrize(
+    "extra, kind, words",
+    [
+        (["--batch_size", "0"], ValueError, ["--batch_size=0 must be a positive integer"]),
+        (["--num_samples", "0"], ValueError, ["--num_samples=0 must be a positive integer", "leave --num_samples"]),
+        (["--num_samples", "-3"], ValueError, ["--num_samples=-3 must be a positive integer"]),
+        (["--num_threads", "0"], ValueError, ["--num_threads=0 must be a positive integer"]),
+        (["--dtype", "float9"], ValueError, ["--dtype='float9' is not a torch dtype", "bfloat16"]),
+        (["--device", "gpu"], ValueError, ["--device='gpu' is not a torch device", "use cpu, cuda"]),
+        (["--dataset_seed", "-1"], ValueError, ["--dataset_seed=-1 is not a valid seed"]),
+        (["--split", "nosuch"], ValueError, ["split", "'nosuch'"]),
+        (["--num_samples", "100000"], ValueError, ["num_samples", "100000"]),  # more rows than the split holds
+        (
+            ["--dataset_path", "data/missing.jsonl"],
+            FileNotFoundError,
+            ["--dataset_path='data/missing.jsonl' does not"],
+        ),
+        (["--data_files", "missing.jsonl"], FileNotFoundError, ["--data_files='missing.jsonl' does not exist"]),
+    ],
+)
+def test_bad_values_fail_before_the_model_loads(evaluate_script, no_model_load, tmp_path, extra, kind, words):
+    argv = ["--model_name_or_path", "m", "--task", "digit_sort", "--num_samples", "6", "--no_progress", *extra]
+    with pytest.raises(kind) as error:
+        evaluate_script.main(argv=argv)
+    for word in words:
+        assert word in str(error.value), str(error.value)
+
+
+def test_unreachable_device_fails_before_the_model_loads(evaluate_script, no_model_load, monkeypatch):
+    """A CPU-only torch asked for --device cuda: the flag named, not torch's bare AssertionError after loading."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = ["--model_name_or_path", "m", "--task", "digit_sort", "--device", "cuda"]
+    with pytest.raises(ValueError, match=r"--device='cuda': no cuda device is available.*use --device cpu"):
+        evaluate_script.main(argv=argv)
+    # two visible GPUs: cuda:1 is accepted, cuda:2 is refused with the indices there are
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    parse = evaluate_script.make_parser().parse_args_and_config
+    assert evaluate_script.resolve_device(parse(["--device", "cuda:1"])[0]) == "cuda:1"
+    assert evaluate_script.resolve_device(parse([])[0]) == "cuda"
+    with pytest.raises(ValueError, match=r"--device='cuda:2': this machine has 2 CUDA device\(s\) \(indices 0 to 1\)"):
+        evaluate_script.resolve_device(parse(["--device", "cuda:2"])[0])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert evaluate_script.resolve_device(parse([])[0]) == "cpu"
+
+
+def test_style_errors_name_this_scripts_flags(evaluate_script, no_model_load):
+    """Unknown styles, and a training config whose official styles the task lacks: --prompt_style / --reward_style
+    and where their value came from, never evaluation.py's `grading=` argument."""
+    base = ["--model_name_or_path", "m", "--task", "digit_sort"]
+    with pytest.raises(ValueError) as error:
+        evaluate_script.main(argv=[*base, "--prompt_style", "foo"])
+    assert str(error.value) == "--prompt_style='foo' is not a style; choose one of tagged, official."
+    with pytest.raises(ValueError) as error:
+        evaluate_script.main(argv=[*base, "--reward_style", "bar"])
+    assert str(error.value) == "--reward_style='bar' is not a style; choose one of tagged, official."
+    config = os.path.join(ROOT, "configs", "llada_gsm8k_lora.yaml")  # official prompts and grading, GSM8K
+    with pytest.raises(ValueError) as error:
+        evaluate_script.main(argv=[*base, "--training_config", config])
+    message = str(error.value)
+    for words in (
+        f"--prompt_style='official' (the prompt_style of --training_config {config})",
+        f"--reward_style='official' (the reward_style of --training_config {config})",
+        "pass --prompt_style tagged --reward_style tagged",
+        "official forms exist for gsm8k, math, countdown, sudoku",
+    ):
+        assert words in message, message
+    assert "grading=" not in message
+    # explicit flags override the training config's styles: the check passes and returns them
+    (args,) = evaluate_script.make_parser().parse_args_and_config(
+        [*base, "--training_config", config, "--prompt_style", "tagged", "--reward_style", "tagged"]
+    )
+    from stabledrl_trl.tasks import get_task
+
+    assert evaluate_script.check_styles(args, get_task("digit_sort")) == ("tagged", "tagged")
+
+
+def test_help_lists_the_sampler_flags_after_the_options_and_training_config(evaluate_script):
+    """--training_config's help points at the flags it sets; the sampler flags come last in --help, and the
+    arguments still build by keyword (sampler flags and options alike)."""
+    help_text = evaluate_script.make_parser().format_help()
+    position = {
+        f.name: help_text.index(f"  --{f.name} ") for f in dataclasses.fields(evaluate_script.EvaluateArguments)
+    }
+    sampler = [f.name for f in dataclasses.fields(evaluate_script.SamplerFlags)]
+    options = [f.name for f in dataclasses.fields(evaluate_script.EvaluateOptions)]
+    assert set(position) == set(sampler) | set(options) and not set(sampler) & set(options)
+    assert max(position[name] for name in options) < min(position[name] for name in sampler)
+    training_help = " ".join(help_text[position["training_config"] : position["batch_size"]].split())
+    assert "--prompt_style, --reward_style and the [sampler: ...] flags (listed last)" in training_help
+    args = evaluate_script.EvaluateArguments(model_name_or_path="m", gen_length=12, steps=6, batch_size=3)
+    settings = evaluate_script.sampler_settings(args)
+    assert (settings.max_completion_length, settings.diffusion_steps, args.batch_size) == (12, 6, 3)

@@ -60,6 +60,9 @@ def test_train_script_model_path_that_is_a_file_or_lacks_model_type(tmp_path, lo
         ("", ["--use_peft", "true", "--lora_r", "0"], ["lora_r=0 must be an integer >= 1"]),
         ("", ["--use_peft", "true", "--lora_dropout", "nan"], ["lora_dropout=nan is not finite"]),
         ("", ["--eval_temperature", "-1"], ["eval_temperature=-1.0: temperature=-1.0 is out of range"]),
+        # datasets' shuffle would refuse it deep in the loader ("expected non-negative integer"), unnamed
+        ("", ["--seed", "-1"], ["seed=-1 is not a valid seed", "e.g. 42"]),
+        ("", ["--num_threads", "0"], ["num_threads=0 must be a positive integer"]),  # torch's own error: unnamed
     ],
 )
 def test_train_script_model_settings_name_the_field_before_any_work(tmp_path, load_script, yaml_extra, flags, words):

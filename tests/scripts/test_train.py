@@ -293,3 +293,27 @@ def test_summary_gives_seconds_under_a_minute_and_minutes_above(load_script):
     args = SimpleNamespace(output_dir="out")
     assert train.summary_lines(args, {}, "out/train.log", 8.4).splitlines()[0] == "Done in 8 s."
     assert train.summary_lines(args, {}, "out/train.log", 90.0).splitlines()[0] == "Done in 1.5 min."
+
+
+def test_seed_and_num_threads_checks_bounds(load_script):
+    """Seeds: integers 0 .. 2**32 - 1 (numpy's legacy generator, seeded by transformers' set_seed); threads: None or
+    a positive integer. Both name the field given, and evaluate.py's flags share them."""
+    import pytest
+
+    train = load_script("train")
+    for seed in (0, 113, 2**32 - 1):
+        train.check_seed(seed)
+    for seed in (-1, 2**32, True, 1.5, "3"):
+        with pytest.raises(ValueError, match=f"^seed={seed!r} is not a valid seed"):
+            train.check_seed(seed)
+    train.check_seed(2**40, "--dataset_seed", high=None)  # datasets' shuffle takes any non-negative integer
+    with pytest.raises(ValueError, match=r"^--dataset_seed=-1 is not a valid seed: give an integer >= 0"):
+        train.check_seed(-1, "--dataset_seed", high=None)
+    for threads in (None, 1, 16):
+        train.check_num_threads(threads)
+    for threads in (0, -2, True, 2.0):
+        with pytest.raises(ValueError, match=f"^num_threads={threads!r} must be a positive integer"):
+            train.check_num_threads(threads)
+    script_args = train.TrainScriptArguments(task="digit_sort", num_threads=0)
+    with pytest.raises(ValueError, match="^num_threads=0 must be a positive integer"):
+        train.check_script_args(script_args)
