@@ -50,6 +50,17 @@ def describe_objective(args) -> tuple[str, str]:
     return short, detail
 
 
+def _family_import(family) -> str:
+    """The import line a card needs for a family defined outside this package (its module registers the family and,
+    usually, the model's architecture); "" for the built-in families."""
+    module = type(family).__module__
+    if module.split(".")[0] == "stabledrl_trl":
+        return ""
+    if module == "__main__":  # defined in the training script itself
+        return f"# import the module that defines {type(family).__name__} (it registers the family and its model classes)"
+    return f"import {module}  # registers the {family.name!r} family (and its model classes)"
+
+
 def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> ModelCard:
     from trl.trainer.utils import get_config_model_id
 
@@ -92,6 +103,7 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> 
         rollouts=rollouts,
         is_diffusion=trainer.is_diffusion,
         family=getattr(trainer, "_family", None),
+        family_module=_family_import(trainer._family_impl) if trainer.is_diffusion else "",
         model_type=getattr(config, "model_type", ""),
         gen_length=sampler.max_completion_length,
         block_length=sampler.block_length,

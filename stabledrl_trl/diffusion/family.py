@@ -444,6 +444,21 @@ def register_family(family: DiffusionFamily, *, replace: bool = False) -> Diffus
             f"{type(family).__name__} has no model_types and no `matches`: no model would ever be detected as "
             f"{family.name!r}. Set model_types = ('<config.model_type>',)."
         )
+    cls = type(family)
+    missing = []
+    if cls.estimate is DiffusionFamily.estimate:
+        missing.append("estimate (the likelihood estimator)")
+    if family.default_sampler is None:
+        if cls.generate is DiffusionFamily.generate:
+            missing.append("generate (its rollout sampler), or default_sampler = 'llada' / 'dream'")
+        if cls.card_snippet is DiffusionFamily.card_snippet:
+            missing.append("card_snippet (the model card's decoding code)")
+    if missing:
+        raise TypeError(
+            f"{cls.__name__} does not implement {'; '.join(missing)}. Subclass the nearest built-in family instead "
+            "(MaskedDiffusionFamily for full attention with LLaDA's sampler, BlockDiffusionFamily for block "
+            "diffusion) and override only what differs."
+        )
     FAMILIES[family.name] = family
     return family
 

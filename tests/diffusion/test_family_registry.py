@@ -113,6 +113,8 @@ def test_a_registered_family_trains_and_writes_its_model_card(toy_family, tmp_pa
     card = (tmp_path / "out" / "README.md").read_text()
     assert "from stabledrl_trl.diffusion.sampler import generate" in card  # the family's sampler (LLaDA's)
     assert "block_length=4" in card and "LLaDA's masked-diffusion sampler, 8 positions in blocks of 4" in card
+    # the card tells its reader to import the module that registers the family (here, this test module)
+    assert f"import {__name__}  # registers the 'toy' family" in card and "is not part of stabledrl_trl" in card
 
 
 def test_a_family_without_a_way_to_be_detected_or_with_a_taken_name_is_refused(toy_family):
@@ -131,4 +133,12 @@ def test_a_family_without_a_way_to_be_detected_or_with_a_taken_name_is_refused(t
         register_family(ToyFamily())
     with pytest.raises(TypeError, match="DiffusionFamily instance"):
         register_family(ToyFamily)
+
+    class Bare(DiffusionFamily):  # the interface alone: nothing to decode or score with
+        name = "bare"
+        model_types = ("bare_dlm",)
+
+    with pytest.raises(TypeError, match=r"Bare does not implement estimate .*; generate .*; card_snippet"):
+        register_family(Bare())
+    assert "bare" not in FAMILIES
     assert register_family(ToyFamily(), replace=True) is FAMILIES["toy"]
