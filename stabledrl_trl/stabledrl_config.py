@@ -212,8 +212,9 @@ class StableDRLConfig(GRPOConfig):
         default="auto",
         metadata={
             "help": "Rollout sampler of a diffusion LM: 'auto' (the family's own: Dream's for Dream / DiffuCoder, "
-            "LLaDA's otherwise), 'llada' (semi-autoregressive blocks; block_length, remasking, cfg_scale) or "
-            "'dream' (one global schedule, no blocks; dream_alg, dream_alg_temp, dream_eps, top_p, top_k)."
+            "LLaDA's otherwise; block-diffusion models always use their own), 'llada' (semi-autoregressive blocks; "
+            "block_length, remasking, cfg_scale) or 'dream' (one global schedule, no blocks; dream_alg, "
+            "dream_alg_temp, dream_eps). temperature, top_k and top_p are read by every sampler."
         },
     )
     dream_alg: str = field(
@@ -488,6 +489,11 @@ class StableDRLConfig(GRPOConfig):
             self.diffusion_steps,
             check=self.diffusion is not False and self.diffusion_sampler != "dream",
         )
+        # before the samplers' own checks, so the message is the field's and not one sampler's
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
         self._check_sampler_choice()
         if self.reward_text not in REWARD_TEXTS:
             raise ValueError(
@@ -507,10 +513,6 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(
                 f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
             )
-        if self.top_k is not None and self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
         self._check_ratio_pairing()
         from .trl_fields import check_config_fields
 

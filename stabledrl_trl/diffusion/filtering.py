@@ -13,9 +13,9 @@ The rule is the one of SDAR's and LLaDA2's `sample_with_temperature_topk_topp` (
    `TopPLogitsWarper` drops that token; the two rules agree everywhere else. Tokens with equal logits are ordered
    by `torch.sort`.
 
-Off: top_k None or 0 and top_p None or 1.0 each mean "no filter", wherever they are accepted (`filter_logits`,
-LLaDA's `generate`, `block_generate`, `StableDRLConfig`). Dream's sampler keeps Dream's own filter
-(`dream_sampler.filter_logits`: top-p before top-k).
+Off: top_k None or 0 and top_p None or 1.0 each mean "no filter" in `filter_logits`, LLaDA's `generate` and
+`block_generate`. `StableDRLConfig` (typed like TRL's GRPOConfig) takes the numbers: top_k 0 and top_p 1.0, its
+defaults, are off. Dream's sampler keeps Dream's own filter (`dream_sampler.filter_logits`: top-p before top-k).
 """
 
 from __future__ import annotations
