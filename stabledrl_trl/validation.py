@@ -459,6 +459,42 @@ def _check_forced_diffusion(args, model, family: str | None) -> None:
         )
 
 
+# StableDRLConfig fields only a diffusion LM reads (its samplers, its likelihood estimator, its special ids).
+DIFFUSION_ONLY_FIELDS = (
+    "mask_token_id", "remasking", "cfg_scale", "rollout_cache", "parallel_threshold", "max_tokens_per_step",
+    "diffusion_sampler", "dream_alg", "dream_alg_temp", "dream_eps", "block_denoising_steps", "block_remasking",
+    "block_confidence_threshold", "likelihood_estimator", "mc_samples", "sdmc_nodes", "p_mask_prompt",
+    "estimator_block_size", "estimator_chunk_size", "eos_tail", "completion_end",
+)  # fmt: skip
+
+
+def unused_diffusion_fields(args) -> dict:
+    """The diffusion-only fields `args` sets away from their defaults (LLaDA's layout: away from the values
+    max_completion_length derives): what an autoregressive model would not read."""
+    from .diffusion.family import explicit_layout
+
+    defaults = type(args).__dataclass_fields__
+    changed = {name: getattr(args, name) for name in DIFFUSION_ONLY_FIELDS if getattr(args, name) != defaults[name].default}
+    changed.update(explicit_layout(args))
+    return changed
+
+
+def _warn_unused_diffusion_fields(args) -> None:
+    """An autoregressive model decodes with TRL's generation and scores exact log-probabilities: diffusion settings
+    would be ignored. Warned, not refused, so one YAML can drive a diffusion run and its autoregressive baseline."""
+    import warnings
+
+    changed = unused_diffusion_fields(args)
+    if changed:
+        warnings.warn(
+            f"{short_repr(changed)}: settings of masked-diffusion rollouts and likelihood estimates, which this "
+            "autoregressive model does not use (TRL's generation and exact log-probabilities); they are ignored. "
+            "Remove them, or load a diffusion LM.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _check_router_aux_loss(args, model, is_diffusion: bool, router_aux_loss_coef: float | None) -> None:
     """A mixture-of-experts model whose router auxiliary loss TRL would add (`router_aux_loss_coef` not None) but
     which a diffusion LM's estimator or the package's own objectives leave out: it would be silently ignored."""
@@ -513,6 +549,7 @@ def check_model_setup(
     check_model_fields(args, is_diffusion)
     _check_router_aux_loss(args, model, is_diffusion, router_aux_loss_coef)
     if not is_diffusion:
+        _warn_unused_diffusion_fields(args)
         return None
     _check_block_layout(args, impl)
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None

@@ -218,3 +218,18 @@ def test_launch_layer_refuses_processes_accelerate_runs_as_one(tmp_path, monkeyp
         validation.check_launch_setup(args, 1, "NO")
     monkeypatch.setenv("WORLD_SIZE", "1")
     validation.check_launch_setup(args, 1, "NO")  # one process, one node: nothing to check
+
+
+def test_model_layer_warns_of_diffusion_settings_an_autoregressive_model_ignores(tmp_path, tiny_tokenizer, tiny_llama):
+    import warnings
+
+    args = make_args(tmp_path, rollout_cache="prefix", likelihood_estimator="mc_elbo", mc_samples=3)
+    with pytest.warns(UserWarning, match="autoregressive model does not use") as caught:
+        model_setup(args, tiny_llama, tiny_tokenizer, family=None, is_diffusion=False)
+    text = str(caught[0].message)
+    assert all(f in text for f in ("'rollout_cache': 'prefix'", "'likelihood_estimator': 'mc_elbo'", "'mc_samples': 3"))
+    plain = make_args(tmp_path, block_length=None, diffusion_steps=None)  # the length-derived layout reads as unset
+    assert validation.unused_diffusion_fields(plain) == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model_setup(plain, tiny_llama, tiny_tokenizer, family=None, is_diffusion=False)
