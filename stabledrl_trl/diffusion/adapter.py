@@ -247,6 +247,7 @@ def as_diffusion_lm(
             )
     get_family(family)  # raises for an unknown name
 
+    explicit_mask = mask_token_id is not None
     if mask_token_id is None:
         config_mask = getattr(config, "mask_token_id", None)
         tokenizer_mask = getattr(tokenizer, "mask_token_id", None) if tokenizer is not None else None
@@ -283,5 +284,11 @@ def as_diffusion_lm(
         raise ValueError(
             "No pad token id: set tokenizer.pad_token (e.g. `tokenizer.pad_token = tokenizer.eos_token`), "
             "model.config.pad_token_id, or pass pad_token_id=..."
+        )
+    if explicit_mask and int(mask_token_id) == int(pad_token_id):
+        raise ValueError(
+            f"mask_token_id={mask_token_id} is the pad token id: padding would read as masked positions. Give the "
+            "model's mask token id (its config's mask_token_id or the tokenizer's mask token), or leave mask_token_id "
+            "unset to read it from there."
         )
     return DiffusionAdapter(model, family, int(mask_token_id), eos_token_ids, int(pad_token_id))

@@ -214,6 +214,8 @@ def test_bad_special_ids_raise(tiny_llada, tiny_tokenizer):
         as_diffusion_lm(bert, mask_token_id=1)  # BERT's config has no EOS and there is no tokenizer
     with pytest.raises(ValueError, match=r"tokenizer.pad_token = tokenizer.eos_token"):
         as_diffusion_lm(tiny_llada, tiny_tokenizer, pad_token_id=1)
+    with pytest.raises(ValueError, match=r"mask_token_id=0 is the pad token id.*Give the model's mask token id"):
+        as_diffusion_lm(tiny_llada, tiny_tokenizer, mask_token_id=0)  # the user's mask id is wrong, not the pad
     tiny_tokenizer.pad_token = "<|mdm_mask|>"
     with pytest.raises(ValueError, match="pad_token_id == mask_token_id"):
         as_diffusion_lm(tiny_llada, tiny_tokenizer)
