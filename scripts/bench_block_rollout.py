@@ -258,10 +258,7 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
 def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
     if args.readme_only:
-        blocks = readme_blocks(args.docs_dir)
-        if not blocks:
-            raise SystemExit(f"--readme-only: no bench_block_rollout_<model>.json in {args.docs_dir}")
-        results.write_readme_blocks(blocks)
+        results.rewrite_readme_only(readme_blocks(args.docs_dir), args.docs_dir, "bench_block_rollout_<model>.json")
         return 0
     block = f"bench_block_rollout_{args.model}"
     provenance = results.provenance(__file__, argv)  # the code as the run starts

@@ -232,8 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = make_parser().parse_args(argv)
     if args.readme_only:
         blocks = readme_blocks(args.docs_dir)
-        results.write_readme_blocks(blocks)
-        print(f"rewrote README.md blocks {', '.join(blocks)} from {args.docs_dir}", flush=True)
+        results.rewrite_readme_only(blocks, args.docs_dir, "embedded_<config>.json")
         return blocks
     provenance = results.provenance(__file__, argv)  # the code as the runs start
     if args.eval_draws < 1:

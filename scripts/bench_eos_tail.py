@@ -153,10 +153,7 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
 def main(argv=None):
     args = make_parser().parse_args(argv)
     if args.readme_only:
-        blocks = readme_blocks(args.docs_dir)
-        if not blocks:
-            raise SystemExit(f"--readme-only: no {BLOCK}.json in {args.docs_dir}; run with --write-readme first")
-        results.write_readme_blocks(blocks)
+        results.rewrite_readme_only(readme_blocks(args.docs_dir), args.docs_dir, f"{BLOCK}.json")
         return {}
     provenance = results.provenance(__file__, argv)  # the code as the run starts
     if args.write_readme:

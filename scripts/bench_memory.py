@@ -328,10 +328,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(json.dumps(measure(args, args.worker)))
         return []
     if args.readme_only:
-        blocks = readme_blocks(args.docs_dir)
-        if not blocks:
-            raise SystemExit(f"--readme-only: no {BLOCK}.json in {args.docs_dir}; run with --write-readme first")
-        results.write_readme_blocks(blocks)
+        results.rewrite_readme_only(readme_blocks(args.docs_dir), args.docs_dir, f"{BLOCK}.json")
         return []
     provenance = results.provenance(__file__, argv)  # the code as the run starts
     ks = [int(k) for k in args.samples.split(",") if k.strip()]

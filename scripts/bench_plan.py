@@ -203,10 +203,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(json.dumps({"peak_bytes": measure(BASELINE if a.worker == "baseline" else CASES[a.worker])}))
         return []
     if a.readme_only:
-        blocks = readme_blocks(a.docs_dir)
-        if not blocks:
-            raise SystemExit(f"--readme-only: no {BLOCK}.json in {a.docs_dir}; run with --write-readme first")
-        results.write_readme_blocks(blocks)
+        results.rewrite_readme_only(readme_blocks(a.docs_dir), a.docs_dir, f"{BLOCK}.json")
         return []
     provenance = results.provenance(__file__, argv)  # the code as the run starts
     names = [n.strip() for n in a.cases.split(",") if n.strip()]

@@ -441,12 +441,7 @@ def main(argv=None) -> list[dict]:
         memory_worker(args.worker)
         return []
     if args.readme_only:
-        blocks = readme_blocks(args.docs_dir)
-        if not blocks:
-            raise SystemExit(
-                f"--readme-only: no bench_rollout*.json in {args.docs_dir}; run with --write-readme first"
-            )
-        results.write_readme_blocks(blocks)
+        results.rewrite_readme_only(readme_blocks(args.docs_dir), args.docs_dir, "bench_rollout*.json")
         return []
     provenance = results.provenance(__file__, argv)  # the code as the run starts
     if args.write_readme:

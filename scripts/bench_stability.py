@@ -657,8 +657,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.readme_only:
         blocks = readme_blocks(args.output_dir)
-        results.write_readme_blocks(blocks)
-        print(f"rewrote README.md blocks {', '.join(blocks)} from {args.output_dir}", flush=True)
+        results.rewrite_readme_only(blocks, args.output_dir, "bench_stability*_summary.json")
         return blocks
     if args.write_readme:
         results.check_readme_blocks([file_names(args.tag)[2]] + ([] if args.tag else ["headline"]))

@@ -208,10 +208,7 @@ class TimedTrainer(StableDRLTrainer):
 def main(argv=None) -> dict:
     a = make_parser().parse_args(argv)
     if a.readme_only:
-        blocks = readme_blocks(a.docs_dir)
-        if not blocks:
-            raise SystemExit(f"--readme-only: no {BLOCK}_*.json in {a.docs_dir}; run with --write-readme first")
-        results.write_readme_blocks(blocks)
+        results.rewrite_readme_only(readme_blocks(a.docs_dir), a.docs_dir, f"{BLOCK}_*.json")
         return {}
     provenance = results.provenance(__file__, argv)  # the code as the run starts
     if a.write_readme:

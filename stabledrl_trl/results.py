@@ -141,6 +141,15 @@ def check_readme_blocks(names, readme: str | None = None) -> None:
             )
 
 
+def rewrite_readme_only(blocks: dict[str, str], docs_dir: str, expected: str, readme: str | None = None) -> None:
+    """A results script's `--readme-only`: rewrite its README blocks from the committed JSON alone (no run); stop with
+    a message naming the `expected` JSON files when `docs_dir` holds none."""
+    if not blocks:
+        raise SystemExit(f"--readme-only: no {expected} in {docs_dir}; run with --write-readme first")
+    write_readme_blocks(blocks, readme)
+    print(f"rewrote README.md blocks {', '.join(blocks)} from {docs_dir}", flush=True)
+
+
 def write_readme_blocks(blocks: dict[str, str], readme: str | None = None) -> None:
     """Replace each named block of the README file (default: the repository's README.md) by its rendering."""
     readme = README if readme is None else readme

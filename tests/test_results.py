@@ -125,3 +125,14 @@ def test_missing_readme_markers_stop_a_run_before_it_starts(tmp_path):
     results.check_readme_blocks(["a"], readme=str(readme))
     with pytest.raises(SystemExit, match="'<!-- b:start -->' line and one '<!-- b:end -->' line"):
         results.check_readme_blocks(["a", "b"], readme=str(readme))
+
+
+def test_readme_only_rewrites_the_blocks_or_names_the_missing_json(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- a:start -->\nold\n<!-- a:end -->\nend\n")
+    with pytest.raises(SystemExit, match=r"--readme-only: no bench_x\.json in docs; run with --write-readme first"):
+        results.rewrite_readme_only({}, "docs", "bench_x.json", readme=str(readme))
+    assert "old" in readme.read_text()  # nothing written
+    results.rewrite_readme_only({"a": "new\n"}, "docs", "bench_x.json", readme=str(readme))
+    assert readme.read_text() == "intro\n<!-- a:start -->\nnew\n<!-- a:end -->\nend\n"
+    assert "rewrote README.md blocks a from docs" in capsys.readouterr().out
