@@ -112,3 +112,36 @@ def _read(path: str) -> str | None:
             return f.read()
     except OSError:
         return None
+
+
+_EXIT_HOOK = []
+
+
+def leave_process_group_at_exit() -> None:
+    """Make every process of a distributed run leave the process group together when the interpreter exits.
+
+    A training script (TRL's examples included) usually ends without `destroy_process_group()`. With gloo (CPU runs),
+    the process group is then torn down by the interpreter's shutdown, and a rank whose peer has already gone can be
+    aborted there ("terminate called without an active exception"), so a run that trained and saved exits non-zero.
+    Registered once; at exit it waits for every rank (gloo's `monitored_barrier`, bounded: a rank that crashed does
+    not hang the others), then destroys the group. A script that destroys the group itself is left alone.
+    """
+    if _EXIT_HOOK:
+        return
+    import atexit
+
+    _EXIT_HOOK.append(True)
+    atexit.register(_leave_process_group)
+
+
+def _leave_process_group(timeout_s: float = 120.0) -> None:
+    from datetime import timedelta
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        if dist.get_backend() == "gloo" and dist.get_world_size() > 1:
+            dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
+        dist.destroy_process_group()
+    except Exception:  # a peer is gone (it failed): leave the rest to the launcher, which reports that failure
+        pass

@@ -31,7 +31,7 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
-from . import safety
+from . import multinode, safety
 from .diffusion.adapter import as_diffusion_lm, unwrap_model
 from .diffusion.estimators import estimator_standard_error
 from .diffusion.family import detect_family, get_family
@@ -380,6 +380,8 @@ class StableDRLTrainer(GRPOTrainer):
             tools=self.tools,
         )
         check_launch_setup(args, self.accelerator.num_processes, self.accelerator.distributed_type)
+        if self.accelerator.num_processes > 1:
+            multinode.leave_process_group_at_exit()  # gloo aborts a rank whose peer left first at interpreter exit
         self._nonfinite_grad_streak = 0
         self._scoring = ScoringContext(mask_stream=(_STREAM_OLD, 0))  # what the hooks pass each other per step
         self._all_clipped_streak = 0

@@ -208,3 +208,25 @@ def test_slurm_script_starts_one_launch_per_node(tmp_path):
     bare = {k: v for k, v in env.items() if not k.startswith("SLURM_JOB_NODELIST")}
     proc = subprocess.run(["bash", script], env=bare, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "run under SLURM" in proc.stderr
+
+
+def test_the_exit_hook_leaves_the_process_group_and_is_registered_once(tmp_path):
+    """The hook StableDRLTrainer registers for distributed runs: at exit it destroys an initialised process group
+    (after a bounded barrier under gloo), does nothing without one, and registering twice adds one hook."""
+    code = f"""
+import atexit, torch.distributed as dist
+from stabledrl_trl import multinode
+calls = []
+atexit.register = lambda f: calls.append(f)  # record instead of running at exit
+multinode.leave_process_group_at_exit(); multinode.leave_process_group_at_exit()
+assert len(calls) == 1, calls
+calls[0]()  # no process group: nothing to do
+dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1)
+assert dist.is_initialized()
+calls[0]()
+assert not dist.is_initialized()
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
