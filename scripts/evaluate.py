@@ -205,8 +205,8 @@ def load_training_config(path: str | None) -> dict:
 
 
 def _train_script():
-    """scripts/train.py as a module (its dataclasses and its checks of num_threads and seeds, shared with this
-    script); importing it is cheap (its heavy imports are inside its functions)."""
+    """scripts/train.py as a module (its dataclasses, whose fields a training YAML may hold); importing it is cheap
+    (its heavy imports are inside its functions)."""
     import importlib.util
 
     name = "_stabledrl_train_script"
@@ -355,8 +355,9 @@ def check_data_paths(args: EvaluateArguments) -> None:
 def check_arguments(args: EvaluateArguments) -> None:
     """The cheap checks of the numbers and names, before the dataset and the model load (an 8B model takes minutes
     to load: a bad value must not wait for it)."""
-    train = _train_script()
-    train.check_num_threads(args.num_threads, "--num_threads")
+    from stabledrl_trl.validation import check_num_threads, check_seed
+
+    check_num_threads(args.num_threads, "--num_threads")
     for flag in ("batch_size", "num_samples"):
         value = getattr(args, flag)
         if value is None and flag == "num_samples":
@@ -366,7 +367,7 @@ def check_arguments(args: EvaluateArguments) -> None:
             raise ValueError(f"--{flag}={value!r} must be a positive integer ({fix}).")
     if args.num_samples is not None:
         # the row selection shuffles with datasets, which refuses negative seeds
-        train.check_seed(args.dataset_seed, "--dataset_seed", high=None)
+        check_seed(args.dataset_seed, "--dataset_seed", high=None)
     model_dtype(args)
     resolve_device(args)
     check_data_paths(args)

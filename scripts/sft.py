@@ -103,15 +103,15 @@ def main(script_args=None, training_args=None, argv=None) -> dict:
     from stabledrl_trl.sft import build_tiny_model, run_sft
     from stabledrl_trl.tasks import get_task, load_task_dataset
     from stabledrl_trl.tiny import build_tiny_tokenizer
+    from stabledrl_trl.validation import check_num_threads
 
     if script_args is None:
         script_args, training_args = make_parser().parse_args_and_config(argv)
     task = get_task(script_args.task)
+    check_num_threads(script_args.num_threads)
     if script_args.num_threads is not None:
         import torch
 
-        if script_args.num_threads < 1:
-            raise ValueError(f"num_threads must be a positive integer or None, got {script_args.num_threads}.")
         torch.set_num_threads(script_args.num_threads)
 
     if script_args.model_name_or_path is None:

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from stabledrl_trl.validation import check_num_threads, check_seed  # noqa: E402  (shared with evaluate.py, sft.py)
+
 
 @dataclass
 class TrainScriptArguments:
@@ -221,33 +223,6 @@ def make_parser(subparsers=None):
 
 
 MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")
-# transformers' set_seed seeds numpy's legacy generator, which takes 0 <= seed < 2**32.
-MAX_SEED = 2**32 - 1
-
-
-def check_num_threads(value, name: str = "num_threads") -> None:
-    """`num_threads` (torch's intra-op CPU threads) is None or a positive integer; `name` is the field or flag the
-    user set (scripts/evaluate.py shares this check)."""
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(
-            f"{name}={value!r} must be a positive integer (torch's intra-op CPU threads; 1 is fastest for tiny "
-            f"models on a small or busy CPU), or leave {name} out to keep torch's default."
-        )
-
-
-def check_seed(value, name: str = "seed", high: int | None = MAX_SEED) -> None:
-    """A seed is an integer in [0, high]: numpy (transformers' set_seed) and datasets' shuffle refuse negative seeds,
-    deep inside their own code and without the field's name."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (high is not None and value > high):
-        bound = f"from 0 to {high}" if high is not None else ">= 0"
-        raise ValueError(
-            f"{name}={value!r} is not a valid seed: give an integer {bound} (numpy and datasets refuse negative "
-            "seeds), e.g. 42."
-        )
-
-
 def check_script_args(script_args) -> None:
     """TrainScriptArguments' types and numbers, named (bools, finite floats; sft_max_steps 0 skips the warm-up)."""
     from stabledrl_trl.stabledrl_config import check_field_types

@@ -664,3 +664,32 @@ def check_launch_setup(args, num_processes: int, distributed_type) -> None:
     if multinode.num_nodes() > 1 and not args.save_on_each_node:
         # checkpoints are written once (global rank 0) and read by every rank on resume: one shared output_dir
         multinode.check_shared_directory(args.output_dir, "output_dir")
+
+
+# ------------------------------------------------------------------------------------ script arguments
+
+# transformers' set_seed seeds numpy's legacy generator, which takes 0 <= seed < 2**32.
+MAX_SEED = 2**32 - 1
+
+
+def check_num_threads(value, name: str = "num_threads") -> None:
+    """`num_threads` (torch's intra-op CPU threads) is None or a positive integer; `name` is the field or flag the
+    user set (scripts/train.py, evaluate.py and sft.py run this check)."""
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(
+            f"{name}={value!r} must be a positive integer (torch's intra-op CPU threads; 1 is fastest for tiny "
+            f"models on a small or busy CPU), or leave {name} out to keep torch's default."
+        )
+
+
+def check_seed(value, name: str = "seed", high: int | None = MAX_SEED) -> None:
+    """A seed is an integer in [0, high]: numpy (transformers' set_seed) and datasets' shuffle refuse negative seeds,
+    deep inside their own code and without the field's name."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (high is not None and value > high):
+        bound = f"from 0 to {high}" if high is not None else ">= 0"
+        raise ValueError(
+            f"{name}={value!r} is not a valid seed: give an integer {bound} (numpy and datasets refuse negative "
+            "seeds), e.g. 42."
+        )

@@ -149,3 +149,5 @@ def test_sft_script_config_refuses_string_bools_and_non_finite_numbers(load_scri
     sft = load_script("sft")
     with pytest.raises(TypeError, match="allow_pickle_checkpoints='false'"):
         sft.SFTScriptArguments(allow_pickle_checkpoints="false")
+    with pytest.raises(ValueError, match="num_threads=0 must be a positive integer"):  # the check train.py runs
+        sft.main(argv=["--output_dir", "unused", "--use_cpu", "true", "--num_threads", "0"])
