@@ -308,7 +308,8 @@ class DiffusionFamily:
 
     def check_rollout_settings(self, settings, adapter: DiffusionAdapter) -> None:
         """`check`, then the chosen sampler's own argument checks with the model's special ids (evaluation calls it
-        with a `SamplerSettings`; training's config has passed the same checks at construction)."""
+        with a `SamplerSettings`; training's config has passed the same checks at construction). A family with its
+        own sampler (no `default_sampler`) has `check` alone: its sampler checks its arguments when called."""
         self.check(settings, adapter.model)
         if self.default_sampler is not None:
             SAMPLERS[self.sampler_name(settings)].check(settings, adapter)

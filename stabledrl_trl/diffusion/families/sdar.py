@@ -81,9 +81,6 @@ class BlockDiffusionFamily(DiffusionFamily):
     # The `sampler_rules` a model card's greedy call states (the generator is the card's own).
     card_rules: str = ""
 
-    def check_rollout_settings(self, settings, adapter):
-        self.check(settings, adapter.model)  # block_generate checks its own arguments when called
-
     def card_snippet(self, settings) -> CardSnippet:
         s = settings
         body = (
