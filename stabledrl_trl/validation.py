@@ -459,13 +459,26 @@ def _check_forced_diffusion(args, model, family: str | None) -> None:
         )
 
 
-# StableDRLConfig fields only a diffusion LM reads (its samplers, its likelihood estimator, its special ids).
-DIFFUSION_ONLY_FIELDS = (
-    "mask_token_id", "remasking", "cfg_scale", "rollout_cache", "parallel_threshold", "max_tokens_per_step",
-    "diffusion_sampler", "dream_alg", "dream_alg_temp", "dream_eps", "block_denoising_steps", "block_remasking",
-    "block_confidence_threshold", "likelihood_estimator", "mc_samples", "sdmc_nodes", "p_mask_prompt",
-    "estimator_block_size", "estimator_chunk_size", "eos_tail", "completion_end",
+# Sampler settings an autoregressive model reads too (TRL's generation: length, temperature, top-k / top-p), or that
+# are checked elsewhere (LLaDA's layout: against its derived values; reward_text: the data layer).
+SHARED_SAMPLER_FIELDS = (
+    "max_completion_length", "temperature", "top_k", "top_p", "block_length", "diffusion_steps", "reward_text",
 )  # fmt: skip
+# StableDRLConfig fields only a diffusion LM reads besides its sampler settings: its likelihood estimator and its
+# special ids.
+DIFFUSION_ESTIMATOR_FIELDS = (
+    "mask_token_id", "likelihood_estimator", "mc_samples", "sdmc_nodes", "p_mask_prompt", "estimator_block_size",
+    "estimator_chunk_size", "eos_tail", "completion_end",
+)  # fmt: skip
+
+
+def diffusion_only_fields() -> tuple[str, ...]:
+    """The StableDRLConfig fields only a diffusion LM reads: the `SamplerSettings` fields but the shared ones, and the
+    estimator's."""
+    from .diffusion.sampler_settings import SamplerSettings
+
+    sampler = [name for name in SamplerSettings.field_names() if name not in SHARED_SAMPLER_FIELDS]
+    return (*sampler, *DIFFUSION_ESTIMATOR_FIELDS)
 
 
 def unused_diffusion_fields(args) -> dict:
@@ -474,7 +487,9 @@ def unused_diffusion_fields(args) -> dict:
     from .diffusion.family import explicit_layout
 
     defaults = type(args).__dataclass_fields__
-    changed = {name: getattr(args, name) for name in DIFFUSION_ONLY_FIELDS if getattr(args, name) != defaults[name].default}
+    changed = {
+        name: getattr(args, name) for name in diffusion_only_fields() if getattr(args, name) != defaults[name].default
+    }
     changed.update(explicit_layout(args))
     return changed
 
