@@ -426,25 +426,19 @@ def is_disk_full(error: BaseException) -> bool:
 
 def suggest_fields(message: str, known: list[str]) -> str:
     """`message` (an unknown-argument error) with a "did you mean" for each `--name` in it close to a known field."""
-    import difflib
-
-    hints = []
     names = list(dict.fromkeys(re.findall(r"--([A-Za-z][A-Za-z0-9_-]*)", message)))
     if len(message) > 1000:  # the values are printed too: keep the names only (bounded, whatever the values hold)
         message = f"{message.split(':', 1)[0]}: {', '.join('--' + n for n in names)} (values not shown)"
-    for name in names:
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-        if close:
-            hints.append(f"{name!r}: did you mean {close[0]!r}?")
+    hints = [hint for hint in (_did_you_mean(name, known) for name in names) if hint]
     return message if not hints else f"{message} ({'; '.join(hints)})"
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:
-    """" 'name': did you mean 'field'?" for the known field closest to `name` ('-' read as '_'), else ""."""
+    """"'name': did you mean 'field'?" for the known field closest to `name` ('-' read as '_'), else ""."""
     import difflib
 
     close = difflib.get_close_matches(name.replace("-", "_"), known, n=1, cutoff=0.75)
-    return f" {name!r}: did you mean {close[0]!r}?" if close else ""
+    return f"{name!r}: did you mean {close[0]!r}?" if close else ""
 
 
 def make_trl_parser(dataclass_types):
@@ -472,7 +466,7 @@ def make_trl_parser(dataclass_types):
                 names = list(dict.fromkeys(re.findall(r"--([A-Za-z][A-Za-z0-9_-]*)", text)))
                 in_file = "config file" in text
                 shown = ", ".join(n if in_file else f"--{n}" for n in names)
-                hints = "".join(_did_you_mean(n, known) for n in names)
+                hints = "".join(f" {hint}" for hint in (_did_you_mean(n, known) for n in names) if hint)
                 raise ValueError(
                     f"Unknown {'key(s) in the config file' if in_file else 'command-line flag(s)'}: {shown}.{hints} "
                     "Fix the spelling or remove them (`--help` lists every field; an unknown key is never ignored)."
