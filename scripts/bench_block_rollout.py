@@ -75,45 +75,30 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def build_model(args):
+    """A random model of the chosen architecture at the benchmark's shape (LLaDA2: the experts sized from it too)."""
     from stabledrl_trl.models.llada2 import LLaDA2MoeConfig, LLaDA2MoeModelLM
     from stabledrl_trl.models.sdar import SDARConfig, SDARForCausalLM
     from stabledrl_trl.tiny import tiny_llada2_config_dict, tiny_sdar_config_dict
 
-    if args.model == "llada2":
-        config = LLaDA2MoeConfig(
-            **tiny_llada2_config_dict(
-                vocab_size=args.vocab_size,
-                hidden_size=args.hidden_size,
-                intermediate_size=4 * args.hidden_size,
-                moe_intermediate_size=args.hidden_size // 2,
-                num_hidden_layers=args.layers,
-                num_attention_heads=args.heads,
-                num_key_value_heads=args.kv_heads,
-                head_dim=args.hidden_size // args.heads,
-                max_position_embeddings=args.prompt_length + args.gen_length + 2 * args.block_size,
-                block_size=args.block_size,
-            )
-        )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(args.seed)
-            model = LLaDA2MoeModelLM(config)
-        return model.to(device=args.device, dtype=getattr(torch, args.dtype)).eval()
-    config = SDARConfig(
-        **tiny_sdar_config_dict(
-            vocab_size=args.vocab_size,
-            hidden_size=args.hidden_size,
-            intermediate_size=4 * args.hidden_size,
-            num_hidden_layers=args.layers,
-            num_attention_heads=args.heads,
-            num_key_value_heads=args.kv_heads,
-            head_dim=args.hidden_size // args.heads,
-            max_position_embeddings=args.prompt_length + args.gen_length + 2 * args.block_size,
-            block_size=args.block_size,
-        )
+    shape = dict(
+        vocab_size=args.vocab_size,
+        hidden_size=args.hidden_size,
+        intermediate_size=4 * args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        head_dim=args.hidden_size // args.heads,
+        max_position_embeddings=args.prompt_length + args.gen_length + 2 * args.block_size,
+        block_size=args.block_size,
     )
+    if args.model == "llada2":
+        config = LLaDA2MoeConfig(**tiny_llada2_config_dict(**shape, moe_intermediate_size=args.hidden_size // 2))
+        model_class = LLaDA2MoeModelLM
+    else:
+        config, model_class = SDARConfig(**tiny_sdar_config_dict(**shape)), SDARForCausalLM
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(args.seed)
-        model = SDARForCausalLM(config)
+        model = model_class(config)
     return model.to(device=args.device, dtype=getattr(torch, args.dtype)).eval()
 
 
