@@ -1,9 +1,9 @@
 """Likelihood-estimator noise at theta = theta_old: what each estimator puts into the sequence log-ratio by itself.
 
     python scripts/bench_estimators.py                      # both shapes, writes docs/bench_estimators.json
-    python scripts/bench_estimators.py --write-readme       # also the table in README.md (between its markers)
+    python scripts/bench_estimators.py --write-readme       # also the table in docs/estimators.md (between its markers)
     python scripts/bench_estimators.py --model sft          # the SFT warm-up, trained first if not cached
-    python scripts/bench_estimators.py --readme-from-json   # README.md's table from docs/bench_estimators.json
+    python scripts/bench_estimators.py --readme-only        # docs/estimators.md's table from docs/bench_estimators.json
 
 A StableDRL or GRPO weight is exp(L_theta - L_old), each L an estimate with its own random masks. At theta = theta_old
 the log-ratio is pure estimator noise: two independent estimates of the same model on the same completion. For every
@@ -22,7 +22,8 @@ Shapes:
 - "larger": the same architecture at random initialisation on a 64-position canvas (its rollouts: up to 64 tokens),
   estimator blocks of 16 (4 blocks).
 The result goes to `--output` (JSON with the commit, the command and package versions) and is printed as markdown;
-`--write-readme` puts that markdown between the README's `bench_estimators` markers.
+`--write-readme` puts that markdown between the `bench_estimators` markers of the page holding them
+(docs/estimators.md); `--readme-only` (also spelt `--readme-from-json`) does only that, from the committed JSON.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from stabledrl_trl import results  # noqa: E402  (after the path insert; a light module: no torch)
 
 MARK_START = "<!-- bench_estimators:start -->"
 MARK_END = "<!-- bench_estimators:end -->"
@@ -154,16 +157,12 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(path: str, markdown: str) -> None:
-    """Replace the text between the README's bench_estimators markers by `markdown`."""
-    with open(path) as f:
-        text = f.read()
-    if MARK_START not in text or MARK_END not in text:
-        raise SystemExit(f"{path} has no {MARK_START} ... {MARK_END} block to write the table into.")
-    head, rest = text.split(MARK_START, 1)
-    _, tail = rest.split(MARK_END, 1)
-    with open(path, "w") as f:
-        f.write(f"{head}{MARK_START}\n{markdown}\n{MARK_END}{tail}")
+def write_readme(path: str | None, markdown: str) -> None:
+    """Replace the text between the bench_estimators markers by `markdown`: in `path`, or (None) in the page among
+    README.md and docs/*.md that holds them (results.block_page)."""
+    results.check_readme_blocks(["bench_estimators"], readme=path)
+    written = results.write_readme_blocks({"bench_estimators": markdown + "\n"}, readme=path)
+    print(f"wrote the bench_estimators block of {', '.join(written)}")
 
 
 def readme_blocks(docs_dir: str) -> dict[str, str]:
@@ -261,10 +260,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-passes", type=int, default=8, help="largest K (Monte-Carlo estimators: 2, 4, ... up to it)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=DEFAULT_OUTPUT, help="JSON result (relative to the repository root)")
-    p.add_argument("--write-readme", action="store_true", help="write the table between README.md's markers")
+    p.add_argument("--write-readme", action="store_true", help="write the table between its markers (in docs/estimators.md)")
     p.add_argument("--skip-larger", action="store_true", help="measure the embedded shape only (smoke runs)")
-    p.add_argument("--readme-from-json", action="store_true",
-                   help="measure nothing: write README.md's block from the existing --output JSON")  # fmt: skip
+    p.add_argument("--readme-from-json", "--readme-only", action="store_true",
+                   help="measure nothing: write the block (docs/estimators.md) from the existing --output JSON")  # fmt: skip
     return p
 
 
@@ -274,7 +273,7 @@ def main(argv=None) -> dict:
     if args.readme_from_json:
         with open(output) as f:
             result = json.load(f)
-        write_readme(os.path.join(ROOT, "README.md"), render(result))
+        write_readme(None, render(result))
         return result
     for name in ("rows", "large_rows", "large_canvas", "large_block_size", "repeats", "max_passes"):
         if getattr(args, name) < 1 or (name == "max_passes" and args.max_passes < 2):
@@ -331,7 +330,7 @@ def main(argv=None) -> dict:
     markdown = render(result)
     print(markdown)
     if args.write_readme:
-        write_readme(os.path.join(ROOT, "README.md"), markdown)
+        write_readme(None, markdown)
     return result
 
 

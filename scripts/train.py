@@ -30,7 +30,20 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from stabledrl_trl.validation import check_num_threads, check_seed  # noqa: E402  (shared with evaluate.py, sft.py)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USAGE = [
+    "python scripts/train.py --config CONFIG.yaml [--FIELD VALUE ...]",
+    "accelerate launch [--config_file ACCELERATE.yaml] scripts/train.py --config CONFIG.yaml [--FIELD VALUE ...]",
+]
+
+
+def __getattr__(name):
+    # the checks shared with evaluate.py and sft.py, imported on first use: `--help` must not import torch
+    if name in ("check_num_threads", "check_seed"):
+        from stabledrl_trl import validation
+
+        return getattr(validation, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -228,6 +241,8 @@ def check_script_args(script_args) -> None:
     from stabledrl_trl.stabledrl_config import check_field_types
     from stabledrl_trl.validation import check_config_values, check_float
 
+    from stabledrl_trl.validation import check_num_threads
+
     check_field_types(script_args)
     check_config_values(script_args, typing.get_type_hints(type(script_args)))
     check_num_threads(script_args.num_threads)
@@ -370,9 +385,77 @@ def load_datasets(script_args, seed: int, needs_test: bool):
     return train_dataset, test_dataset
 
 
+def _cli_help():
+    """stabledrl_trl/cli_help.py, loaded by path: the help reads the fields from source, importing no torch."""
+    import importlib.util
+
+    name = "_stabledrl_cli_help"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "stabledrl_trl", "cli_help.py"))
+        sys.modules[name] = importlib.util.module_from_spec(spec)  # its dataclass resolves through sys.modules
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+def help_text(everything: bool = False) -> str:
+    """`--help`: the description, the usage with `--config`, this script's fields, StableDRLConfig's own fields
+    grouped by their section, and TRL's ModelConfig (model, dtype, LoRA); the fields StableDRLConfig inherits from
+    TRL's GRPOConfig and transformers' TrainingArguments are named at the end, and listed in full by `--help-all`
+    (`everything`). Read from the source files: nothing is imported."""
+    cli = _cli_help()
+    own = cli.source_fields(os.path.abspath(__file__), "TrainScriptArguments", "Task and data")
+    config = cli.source_fields(os.path.join(ROOT, "stabledrl_trl", "stabledrl_config.py"), "StableDRLConfig")
+    sections = cli.grouped(own, "scripts/train.py") + cli.grouped(config, "StableDRLConfig")
+    inherited = []  # (title, fields), most derived first; a name is listed once, where it is last defined
+    for package, relative, cls, title in (
+        ("trl", "trainer/model_config.py", "ModelConfig", "TRL ModelConfig (model, dtype, LoRA)"),
+        ("trl", "trainer/grpo_config.py", "GRPOConfig", "Inherited from TRL's GRPOConfig"),
+        ("trl", "trainer/base_config.py", "_BaseConfig", "Inherited from TRL's base config"),
+        ("transformers", "training_args.py", "TrainingArguments", "Inherited from transformers' TrainingArguments"),
+    ):
+        path = cli.installed_source(package, relative)
+        if path is not None:
+            inherited.append((title, cli.source_fields(path, cls)))
+    seen = {f.name for _, fields in sections for f in fields}
+    model_section, rest = inherited[:1], []
+    for title, fields in inherited[1:]:
+        fields = [f for f in fields if f.name not in seen]
+        seen.update(f.name for f in fields)
+        rest.append((title, fields))
+    sections += [(t, f) for t, f in model_section if t.startswith("TRL ModelConfig")]
+    names = [f.name for _, fields in rest for f in fields]
+    if everything:
+        sections += rest
+        footer = ""
+    else:
+        common = [n for n in ("output_dir", "learning_rate", "per_device_train_batch_size", "num_generations",
+                              "gradient_accumulation_steps", "max_steps", "num_train_epochs", "logging_steps",
+                              "save_steps", "seed", "bf16", "gradient_checkpointing", "num_iterations", "beta",
+                              "epsilon", "resume_from_checkpoint", "report_to") if n in names]  # fmt: skip
+        footer = (
+            f"Also accepted: the {len(names)} fields StableDRLConfig inherits from TRL's GRPOConfig and transformers' "
+            f"TrainingArguments, with TRL's meaning, e.g. {', '.join('--' + n for n in common)}. "
+            f"`python scripts/train.py {cli.HELP_ALL_FLAG}` lists them all."
+        )
+        footer = "\n".join(__import__("textwrap").wrap(footer, 100))
+    return cli.help_page(__doc__, USAGE, sections, footer)
+
+
 def main(script_args=None, training_args=None, model_args=None, argv=None):
     """Parse (unless given), train and evaluate; returns (trainer, results). With console 'short' the console shows
-    one line per logged step and a final summary; the full record goes to log_file (output_dir/train.log)."""
+    one line per logged step and a final summary; the full record goes to log_file (output_dir/train.log).
+
+    `--help` / `--help-all` print the help (`help_text`) and exit 0; no arguments at all print the usage and exit 2,
+    before anything heavy is imported."""
+    if script_args is None:
+        given = sys.argv[1:] if argv is None else list(argv)
+        request = _cli_help().help_request(given)
+        if request is not None:
+            print(help_text(everything=request == "all"), end="")
+            raise SystemExit(0)
+        if not given:
+            sys.stderr.write(_cli_help().short_usage("scripts/train.py", USAGE))
+            raise SystemExit(2)
     from stabledrl_trl.console import short_console
 
     caught = []
@@ -421,6 +504,8 @@ def _run(script_args, training_args, model_args):
 
     check_script_args(script_args)  # before the SFT warm-up, not after it
     check_model_args(model_args)
+    from stabledrl_trl.validation import check_seed
+
     check_seed(training_args.seed, "seed")  # seeds the warm-up, the data shuffle and transformers' set_seed
     if script_args.tiny_model and model_args.model_name_or_path is not None:
         raise ValueError(

@@ -1,16 +1,18 @@
-"""Reproducible results: provenance of a results file, and README tables rendered from it.
+"""Reproducible results: provenance of a results file, and documentation tables rendered from it.
 
 A results script (scripts/bench_*.py) writes one summary JSON holding its numbers, the settings, and `provenance()`:
 the commit (`git rev-parse HEAD` and whether the work tree had uncommitted changes), the exact command, and the
-versions of Python, torch, transformers and trl. Its README tables are rendered from that JSON alone and sit between
-markers
+versions of Python, torch, transformers and trl. Its tables are rendered from that JSON alone and sit between
+markers in one documentation page (README.md or a page docs/*.md)
 
     <!-- name:start -->
     ...rendered text...
     <!-- name:end -->
 
-which `replace_block` (the scripts' `--write-readme`) rewrites. tests/test_readme_results.py renders every marked
-block again from the committed JSON and compares it with the README, so a README number cannot differ from the JSON.
+which `replace_block` (the scripts' `--write-readme`) rewrites. A block lives in exactly one page: `block_page(name)`
+finds it by its markers, so a table moved to another page needs no change to the script that renders it.
+tests/test_readme_results.py renders every marked block of every page again from the committed JSON and compares
+it with the page, so a documented number cannot differ from the JSON.
 
 Small statistics for the studies (no scipy): `mean_std`, `paired_t_test` (Student's t, exact p-value for integer
 degrees of freedom) and `sign_test` (exact two-sided binomial test).
@@ -94,6 +96,36 @@ def _markers(name: str) -> tuple[str, str]:
 
 
 _BLOCK = re.compile(r"<!-- ([A-Za-z0-9_.-]+):start -->\n(.*?)<!-- \1:end -->", re.S)
+_ANY_MARKER = re.compile(r"<!-- [A-Za-z0-9_.-]+:(?:start|end) -->")
+
+
+def documentation_pages(readme: str | None = None) -> list[str]:
+    """The pages that may hold rendered blocks: the README (default: the repository's README.md) and every *.md in
+    the docs/ folder beside it, in a fixed order."""
+    readme = README if readme is None else readme
+    docs = os.path.join(os.path.dirname(os.path.abspath(readme)), "docs")
+    pages = sorted(os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md")) if os.path.isdir(docs) else []
+    return [readme, *pages]
+
+
+def block_page(name: str, pages: list[str] | None = None) -> str:
+    """The one page of `pages` (default: `documentation_pages()`) holding block `name`'s start marker.
+
+    Raises SystemExit naming the pages when no page, or more than one, holds it."""
+    start, _ = _markers(name)
+    pages = documentation_pages() if pages is None else pages
+    holding = []
+    for page in pages:
+        with open(page) as f:
+            if start in f.read():
+                holding.append(page)
+    if len(holding) != 1:
+        where = ", ".join(_shown(p) for p in holding) if holding else "no page"
+        raise SystemExit(
+            f"block {name!r}: its '{start}' marker is in {where}; it must be in exactly one of README.md and "
+            "docs/*.md: put the two markers where the table belongs (one page) and rerun"
+        )
+    return holding[0]
 
 
 def marked_blocks(text: str) -> dict[str, str]:
@@ -102,6 +134,9 @@ def marked_blocks(text: str) -> dict[str, str]:
     for match in _BLOCK.finditer(text):
         if match.group(1) in blocks:
             raise ValueError(f"README block {match.group(1)!r} is marked twice")
+        inner = _ANY_MARKER.search(match.group(2))
+        if inner:
+            raise ValueError(f"block {match.group(1)!r} holds the marker text {inner.group(0)!r} inside it")
         blocks[match.group(1)] = match.group(2)
     starts = re.findall(r"<!-- ([A-Za-z0-9_.-]+):start -->", text)
     unclosed = sorted(set(starts) - set(blocks))
@@ -113,9 +148,17 @@ def marked_blocks(text: str) -> dict[str, str]:
 def replace_block(text: str, name: str, content: str) -> str:
     """`text` with the content between the markers of block `name` replaced by `content` (a final newline added).
 
-    Raises ValueError when the markers are absent or appear more than once: place them in the README first.
+    Raises ValueError when the markers are absent or appear more than once (place them in the page first), or when
+    `content` itself holds marker text (`<!-- x:start -->`, `<!-- x:end -->`): written into the page it would end
+    the block early or open a second one, and the next rewrite would cut the page at the wrong place.
     """
     start, end = _markers(name)
+    inner = _ANY_MARKER.search(content)
+    if inner:
+        raise ValueError(
+            f"block {name!r}: its rendered content holds the marker text {inner.group(0)!r}, which would break the "
+            "page's block structure on the next rewrite; render the text without '<!-- name:start/end -->' comments"
+        )
     if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
         raise ValueError(
             f"README block {name!r}: expected one {start!r} line followed by one {end!r} line; add the two markers "
@@ -128,37 +171,53 @@ def replace_block(text: str, name: str, content: str) -> str:
     return f"{head}{start}\n{content}{end}{tail}"
 
 
-def check_readme_blocks(names, readme: str | None = None) -> None:
-    """Raise SystemExit before a long run when README.md lacks the markers of a block the run would write."""
-    with open(README if readme is None else readme) as f:
-        text = f.read()
+def _shown(path: str) -> str:
+    """A page's path as messages show it: relative to the repository when inside it."""
+    rel = os.path.relpath(os.path.abspath(path), REPO_ROOT)
+    return path if rel.startswith("..") else rel
+
+
+def check_readme_blocks(names, readme: str | None = None, pages: list[str] | None = None) -> None:
+    """Raise SystemExit before a long run when the page of a block the run would write lacks its markers.
+
+    `readme` None: each block's page is found by its markers among `pages` (default README.md and docs/*.md)."""
     for name in names:
+        page = block_page(name, pages) if readme is None else readme
+        with open(page) as f:
+            text = f.read()
         start, end = _markers(name)
         if text.count(start) != 1 or text.count(end) != 1:
             raise SystemExit(
-                f"--write-readme: README.md needs one '{start}' line and one '{end}' line where the {name} table "
-                "belongs; add them (in the section the table belongs to) and rerun"
+                f"--write-readme: {_shown(page)} needs one '{start}' line and one '{end}' line "
+                f"where the {name} table belongs; add them (in the section the table belongs to) and rerun"
             )
 
 
 def rewrite_readme_only(blocks: dict[str, str], docs_dir: str, expected: str, readme: str | None = None) -> None:
-    """A results script's `--readme-only`: rewrite its README blocks from the committed JSON alone (no run); stop with
-    a message naming the `expected` JSON files when `docs_dir` holds none."""
+    """A results script's `--readme-only`: rewrite its blocks from the committed JSON alone (no run); stop with a
+    message naming the `expected` JSON files when `docs_dir` holds none."""
     if not blocks:
         raise SystemExit(f"--readme-only: no {expected} in {docs_dir}; run with --write-readme first")
-    write_readme_blocks(blocks, readme)
-    print(f"rewrote README.md blocks {', '.join(blocks)} from {docs_dir}", flush=True)
+    written = write_readme_blocks(blocks, readme)
+    print(f"rewrote blocks {', '.join(blocks)} in {', '.join(written)} from {docs_dir}", flush=True)
 
 
-def write_readme_blocks(blocks: dict[str, str], readme: str | None = None) -> None:
-    """Replace each named block of the README file (default: the repository's README.md) by its rendering."""
-    readme = README if readme is None else readme
-    with open(readme) as f:
-        text = f.read()
+def write_readme_blocks(blocks: dict[str, str], readme: str | None = None, pages: list[str] | None = None) -> list[str]:
+    """Replace each named block by its rendering, in `readme` or (None) in the page of `pages` (default README.md
+    and docs/*.md) holding the block's markers (`block_page`). Returns the pages written, as messages show them.
+
+    Every block is rendered into its page's text before any page is written, so a refused block writes nothing."""
+    texts: dict[str, str] = {}
     for name, content in blocks.items():
-        text = replace_block(text, name, content)
-    with open(readme, "w") as f:
-        f.write(text)
+        page = block_page(name, pages) if readme is None else readme
+        if page not in texts:
+            with open(page) as f:
+                texts[page] = f.read()
+        texts[page] = replace_block(texts[page], name, content)
+    for page, text in texts.items():
+        with open(page, "w") as f:
+            f.write(text)
+    return [_shown(p) for p in texts]
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

@@ -135,4 +135,47 @@ def test_readme_only_rewrites_the_blocks_or_names_the_missing_json(tmp_path, cap
     assert "old" in readme.read_text()  # nothing written
     results.rewrite_readme_only({"a": "new\n"}, "docs", "bench_x.json", readme=str(readme))
     assert readme.read_text() == "intro\n<!-- a:start -->\nnew\n<!-- a:end -->\nend\n"
-    assert "rewrote README.md blocks a from docs" in capsys.readouterr().out
+    assert f"rewrote blocks a in {readme} from docs" in capsys.readouterr().out
+
+
+def test_content_holding_marker_text_is_refused_before_it_breaks_the_page():
+    """Rendered text holding `<!-- x:end -->` would close the block early, so the next rewrite cut the page wrongly."""
+    text = "a\n<!-- t:start -->\nold\n<!-- t:end -->\nb\n"
+    for bad in ("see <!-- t:end --> here", "<!-- u:start -->\nx\n<!-- u:end -->", "x <!-- other.v-1:start -->"):
+        with pytest.raises(ValueError, match="holds the marker text"):
+            results.replace_block(text, "t", bad)
+    # the same text already in a page is reported by marked_blocks (what tests/test_readme_results.py reads)
+    with pytest.raises(ValueError, match="holds the marker text '<!-- u:start -->'"):
+        results.marked_blocks("<!-- t:start -->\n<!-- u:start -->\n<!-- t:end -->\n")
+    # a comment that is not a marker stays allowed
+    assert results.marked_blocks(results.replace_block(text, "t", "<!-- note -->")) == {"t": "<!-- note -->\n"}
+
+
+def test_blocks_are_written_into_the_page_holding_their_markers(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    readme.write_text("# front\n<!-- h:start -->\nold h\n<!-- h:end -->\n")
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "results.md"
+    page.write_text("# results\n<!-- a:start -->\nold a\n<!-- a:end -->\n<!-- b:start -->\n<!-- b:end -->\n")
+    other = tmp_path / "docs" / "other.md"
+    other.write_text("# other\n")
+    pages = results.documentation_pages(str(readme))
+    assert pages == [str(readme), str(other), str(page)]
+    assert results.block_page("a", pages) == str(page) and results.block_page("h", pages) == str(readme)
+    written = results.write_readme_blocks({"a": "new a", "h": "new h"}, pages=pages)
+    assert sorted(written) == sorted([str(page), str(readme)])
+    assert page.read_text() == "# results\n<!-- a:start -->\nnew a\n<!-- a:end -->\n<!-- b:start -->\n<!-- b:end -->\n"
+    assert readme.read_text() == "# front\n<!-- h:start -->\nnew h\n<!-- h:end -->\n"
+    assert other.read_text() == "# other\n"
+    results.check_readme_blocks(["a", "b", "h"], pages=pages)
+    with pytest.raises(SystemExit, match=r"block 'zz': its '<!-- zz:start -->' marker is in no page"):
+        results.check_readme_blocks(["a", "zz"], pages=pages)
+    other.write_text("<!-- a:start -->\n<!-- a:end -->\n")  # the same block in two pages
+    with pytest.raises(SystemExit, match="other.md, .*results.md; it must be in exactly one"):
+        results.write_readme_blocks({"h": "newer h", "a": "x"}, pages=pages)
+    assert "new h" in readme.read_text()  # a refused block writes no page
+    # without `pages`: the README (results.README, which script tests point at a temporary one) and its docs/*.md
+    other.write_text("# other\n")
+    monkeypatch.setattr(results, "README", str(readme))
+    assert results.write_readme_blocks({"b": "new b"}) == [str(page)]
+    assert results.marked_blocks(page.read_text()) == {"a": "new a\n", "b": "new b\n"}
