@@ -144,7 +144,9 @@ def make_parser(subparsers=None):
         return subparsers.add_parser("evaluate", help="held-out accuracy", dataclass_types=(EvaluateArguments,))
     from stabledrl_trl.safety import make_trl_parser
 
-    return make_trl_parser((EvaluateArguments,))
+    description = __doc__.strip().split("\n\n", 1)[0]
+    description += "\n\n--config CONFIG.yaml: a YAML file of these fields (flags override it)."
+    return make_trl_parser((EvaluateArguments,), description=description, prog="python scripts/evaluate.py")
 
 
 def sampler_settings(args: EvaluateArguments):

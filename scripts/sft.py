@@ -91,7 +91,9 @@ def make_parser(subparsers=None):
         return subparsers.add_parser("sft", help="masked-diffusion SFT", dataclass_types=dataclass_types)
     from stabledrl_trl.safety import make_trl_parser
 
-    return make_trl_parser(dataclass_types)
+    description = __doc__.strip().split("\n\n", 1)[0]
+    description += "\n\n--config CONFIG.yaml: a YAML file of these fields (flags override it)."
+    return make_trl_parser(dataclass_types, description=description, prog="python scripts/sft.py")
 
 
 def main(script_args=None, training_args=None, argv=None) -> dict:

@@ -239,9 +239,7 @@ MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")
 def check_script_args(script_args) -> None:
     """TrainScriptArguments' types and numbers, named (bools, finite floats; sft_max_steps 0 skips the warm-up)."""
     from stabledrl_trl.stabledrl_config import check_field_types
-    from stabledrl_trl.validation import check_config_values, check_float
-
-    from stabledrl_trl.validation import check_num_threads
+    from stabledrl_trl.validation import check_config_values, check_float, check_num_threads
 
     check_field_types(script_args)
     check_config_values(script_args, typing.get_type_hints(type(script_args)))

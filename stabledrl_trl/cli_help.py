@@ -36,7 +36,7 @@ class SourceField:
 
 
 def help_request(argv: list[str]) -> str | None:
-    """"all" for `--help-all`, "short" for `-h` / `--help`, else None."""
+    """The help asked for: "all" for `--help-all`, "short" for `-h` / `--help`, else None."""
     if HELP_ALL_FLAG in argv:
         return "all"
     if any(a in HELP_FLAGS for a in argv):
@@ -82,7 +82,8 @@ def _evaluate(node: ast.AST | None, constants: dict):
             return _UNKNOWN
         return tuple(items) if isinstance(node, ast.Tuple) else items
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1 and not node.keywords:
-        convert = {"list": list, "tuple": tuple, "str": str, "repr": repr, "int": int, "float": float}.get(node.func.id)
+        converters = {"list": list, "tuple": tuple, "str": str, "repr": repr, "int": int, "float": float}
+        convert = converters.get(node.func.id)
         if node.func.id in constants.get(_WRAPPERS, ()):  # a module class subclassing int / float / str
             convert = lambda value: value  # noqa: E731  (the value it wraps is what a user sets)
         value = _evaluate(node.args[0], constants)
@@ -144,7 +145,7 @@ def source_fields(path: str, class_name: str, default_group: str = "") -> list[S
     if not classes:
         raise ValueError(f"{path} defines no class {class_name}")
     cls = classes[0]
-    fields, group, previous_end = [], default_group, cls.body[0].lineno - 1 if cls.body else cls.lineno
+    fields, group, previous_end = [], default_group, cls.lineno
     for node in cls.body:
         if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
             previous_end = getattr(node, "end_lineno", previous_end)

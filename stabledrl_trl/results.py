@@ -202,7 +202,9 @@ def rewrite_readme_only(blocks: dict[str, str], docs_dir: str, expected: str, re
     print(f"rewrote blocks {', '.join(blocks)} in {', '.join(written)} from {docs_dir}", flush=True)
 
 
-def write_readme_blocks(blocks: dict[str, str], readme: str | None = None, pages: list[str] | None = None) -> list[str]:
+def write_readme_blocks(
+    blocks: dict[str, str], readme: str | None = None, pages: list[str] | None = None
+) -> list[str]:
     """Replace each named block by its rendering, in `readme` or (None) in the page of `pages` (default README.md
     and docs/*.md) holding the block's markers (`block_page`). Returns the pages written, as messages show them.
 

@@ -441,8 +441,11 @@ def _did_you_mean(name: str, known: list[str]) -> str:
     return f"{name!r}: did you mean {close[0]!r}?" if close else ""
 
 
-def make_trl_parser(dataclass_types):
-    """TRL's `TrlParser` whose unknown-key errors (YAML or command line) suggest the closest known field."""
+def make_trl_parser(dataclass_types, description: str | None = None, prog: str | None = None):
+    """TRL's `TrlParser` whose unknown-key errors (YAML or command line) suggest the closest known field; its help
+    starts with `description` and a usage line naming `--config` (TRL reads it before argparse, so argparse alone
+    would never list it)."""
+    import argparse
     import dataclasses
 
     from trl import TrlParser
@@ -473,4 +476,10 @@ def make_trl_parser(dataclass_types):
                 ) from None
 
     # allow_abbrev=False: argparse would otherwise take a misspelt prefix (--learning_rat) for the field it starts
-    return SuggestingParser(dataclass_types, allow_abbrev=False)
+    extra = {}
+    if description is not None:
+        usage = f"{prog or '%(prog)s'} [--config CONFIG.yaml] [--FIELD VALUE ...]"
+        bases = (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter)
+        formatter = type("HelpFormatter", bases, {})
+        extra = dict(description=description, usage=usage, formatter_class=formatter)
+    return SuggestingParser(dataclass_types, allow_abbrev=False, **extra)
