@@ -264,7 +264,7 @@ def main(argv=None) -> int:
         path = os.path.join(args.docs_dir, f"{block}.json")
         results.write_json(path, data)
         results.write_readme_blocks({block: readme_blocks(args.docs_dir)[block]})
-        print(f"wrote {path} and README.md's {block} block")
+        print(f"wrote {path} and its page's {block} block")
     return 0 if rows[0]["identical"] else 1  # differing tokens would mean the cache is not exact
 
 

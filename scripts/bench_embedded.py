@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.write_readme and written:
         blocks = readme_blocks(args.docs_dir)
         results.write_readme_blocks({f"embedded_{c}": blocks[f"embedded_{c}"] for c in written})
-        print(f"rewrote README.md blocks: {', '.join(f'embedded_{c}' for c in written)}", flush=True)
+        print(f"rewrote the blocks: {', '.join(f'embedded_{c}' for c in written)}", flush=True)
     return written
 
 

@@ -184,7 +184,7 @@ def main(argv=None):
         out = os.path.join(args.docs_dir, f"{BLOCK}.json")
         results.write_json(out, data)
         results.write_readme_blocks(readme_blocks(args.docs_dir))
-        print(f"wrote {out} and README.md's {BLOCK} block")
+        print(f"wrote {out} and its page's {BLOCK} block")
     return rows
 
 

@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         path = os.path.join(args.docs_dir, f"{BLOCK}.json")
         results.write_json(path, data)
         results.write_readme_blocks(readme_blocks(args.docs_dir))
-        print(f"wrote {path} and README.md's {BLOCK} block")
+        print(f"wrote {path} and its page's {BLOCK} block")
     return rows
 
 

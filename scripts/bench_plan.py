@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         path = os.path.join(a.docs_dir, f"{BLOCK}.json")
         results.write_json(path, data)
         results.write_readme_blocks(readme_blocks(a.docs_dir))
-        print(f"wrote {path} and README.md's {BLOCK} block")
+        print(f"wrote {path} and its page's {BLOCK} block")
     return rows
 
 

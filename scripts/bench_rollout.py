@@ -610,7 +610,7 @@ def main(argv=None) -> list[dict]:
         results.write_json(path, data)
         blocks = render_blocks(data, block_name(args.tag))
         results.write_readme_blocks(blocks)
-        print(f"wrote {path} and README.md's blocks {', '.join(blocks)}")
+        print(f"wrote {path} and its page's blocks {', '.join(blocks)}")
     return rows
 
 

@@ -722,7 +722,7 @@ def main(argv=None) -> dict:
         if not args.tag and "headline" in readme_blocks(args.output_dir):  # the default study: the front page too
             written["headline"] = readme_blocks(args.output_dir)["headline"]
         results.write_readme_blocks(written)
-        print(f"rewrote README.md block {block}", flush=True)
+        print(f"rewrote block {block}", flush=True)
     return summary
 
 

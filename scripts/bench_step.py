@@ -310,7 +310,7 @@ def main(argv=None) -> dict:
         path = os.path.join(a.docs_dir, json_name(rollout_label(a.rollout_cache, a.parallel_threshold)))
         results.write_json(path, {"provenance": provenance, "settings": settings, **summary})
         results.write_readme_blocks(readme_blocks(a.docs_dir))
-        print(f"wrote {path} and README.md's {BLOCK} block")
+        print(f"wrote {path} and its page's {BLOCK} block")
     return shares
 
 

@@ -299,6 +299,12 @@ def eval_sampler_settings(args, script_args):
         raise ValueError(f"eval_temperature={script_args.eval_temperature!r}: {error}") from None
 
 
+def main_process_print(args, line: str) -> None:
+    """Print `line` on the main process only: every process evaluates (the same numbers), one reports."""
+    if args.process_index == 0:
+        print(line, flush=True)
+
+
 def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
     """Held-out accuracy: one sampled evaluation, or (eval_draws > 1 / eval_greedy) the mean over eval_draws
     seeded draws with "std", "draws", "seeds" and "greedy" added."""
@@ -310,10 +316,10 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
                     grading=script_args.reward_style)  # fmt: skip
     if script_args.eval_draws == 1 and not script_args.eval_greedy:
         result = evaluate_model(model, tokenizer, dataset, task, desc=f"eval {label}", **settings)
-        print(
+        main_process_print(
+            args,
             f"[{label}] held-out accuracy: {result['accuracy']:.4f} on {result['n']} prompts "
             f"({result['grading']} grading)",
-            flush=True,
         )
         return result
     draws = evaluate_draws(
@@ -327,11 +333,11 @@ def _evaluate(model, tokenizer, dataset, task, args, script_args, label):
         **draws,
     }
     greedy = "" if draws["greedy"] is None else f", greedy {draws['greedy']:.4f}"
-    print(
+    main_process_print(
+        args,
         f"[{label}] held-out accuracy: {draws['mean']:.4f} +- {draws['std']:.4f} (mean, std over "
         f"{len(draws['draws'])} draws at temperature {temperature}){greedy} on {draws['n']} prompts "
         f"({draws['grading']} grading)",
-        flush=True,
     )
     return result
 
@@ -541,6 +547,9 @@ def _run(script_args, training_args, model_args):
     # before the tokenizer: a missing folder is not a hub "Repo id" error
     check_model_source(model_path, field="model_name_or_path", allow_pickle=training_args.allow_pickle_checkpoints)
 
+    if model_args.use_peft and os.path.isdir(model_path):
+        # the adapter records its base model (adapter_config.json): an absolute path loads from any working folder
+        model_path = os.path.abspath(model_path)
     training_args.model_init_kwargs = build_model_init_kwargs(training_args, model_args)
     tokenizer = AutoTokenizer.from_pretrained(
         model_path, padding_side="left", trust_remote_code=training_args.trust_remote_code

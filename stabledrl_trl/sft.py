@@ -290,6 +290,14 @@ class MaskedDiffusionSFTTrainer(Trainer):
         family = detect_family(model)
         self._family = None if family is None else get_family(family)
 
+    def _build_accelerator_args(self, **kwargs):
+        """transformers hook: DDP's unused-parameter search follows the RL trainer's rule (`ddp_settings`): off for
+        LLaDA / Dream (every parameter is used in every forward pass) unless `ddp_find_unused_parameters` is set."""
+        from .ddp_settings import without_needless_unused_parameter_search
+
+        accelerator_args = super()._build_accelerator_args(**kwargs)
+        return without_needless_unused_parameter_search(accelerator_args, self.model, self.args.ddp_find_unused_parameters)
+
     def _generator_for(self, device: torch.device) -> torch.Generator:
         if self._mask_generator is None or self._mask_generator.device.type != device.type:
             self._mask_generator = torch.Generator(device=device)
@@ -404,8 +412,10 @@ def prepare_sft_model(
     diffusion, TINY_SFT_LLADA2_MODEL).
     training_kwargs: further `MaskedDiffusionSFTConfig` fields (e.g. warmup_steps, weight_decay); they are part of
     the cache key.
-    Under torch.distributed (several processes or nodes) every process trains the warm-up together (batch_size per
-    process; the number of processes enters the cache key), global rank 0 alone writes the checkpoint, and
+    Under torch.distributed (several processes or nodes) every process trains the warm-up together: `batch_size` is
+    the global batch, split evenly between the processes (refused when it cannot be), so the steps and the rows per
+    step do not depend on the process count (the count still enters the cache key: each process draws its own
+    masks); global rank 0 alone writes the checkpoint, and
     `cache_dir` must be shared by every process (`multinode.check_shared_directory`, an error at once otherwise).
 
     Defaults (digit_sort, all 8,661 train rows, 200 steps of 32, lr 1e-3 decaying linearly, d_model 128, 4 layers):
@@ -439,9 +449,22 @@ def prepare_sft_model(
     if architecture != "llada":  # the LLaDA key stays as it was, so existing caches remain valid
         settings["architecture"] = architecture
     rank, world_size = multinode.world()
-    if world_size > 1:  # trained by all processes together: the batch is batch_size per process
+    per_process_batch = batch_size
+    if world_size > 1:  # trained by all processes together: batch_size rows per step in all, split between them
+        if batch_size % world_size:
+            raise ValueError(
+                f"SFT warm-up: its global batch of {batch_size} rows per step cannot be split evenly between "
+                f"{world_size} processes; launch a number of processes that divides {batch_size} (e.g. 1, 2, 4 or 8), "
+                "so that the warm-up trains on the same data whatever the process count."
+            )
+        per_process_batch = batch_size // world_size
         settings["world_size"] = world_size
         multinode.check_shared_directory(cache_dir, "sft_cache_dir")
+        if rank == 0:
+            logger.warning(
+                f"SFT warm-up under {world_size} processes: {per_process_batch} rows per process per step, the same "
+                f"global batch ({batch_size}) and steps ({max_steps}) as one process."
+            )
     target = os.path.join(cache_dir, f"sft-{task}-{sft_cache_key(settings)}")
     # one decision for every rank (rank 0's view), so that no rank trains alone while the others wait
     if multinode.broadcast_object(os.path.isfile(os.path.join(target, SFT_SETTINGS_FILE))):
@@ -466,7 +489,7 @@ def prepare_sft_model(
                 output_dir=work_dir,
                 max_steps=max_steps,
                 learning_rate=learning_rate,
-                per_device_train_batch_size=batch_size,
+                per_device_train_batch_size=per_process_batch,  # global batch: batch_size, whatever the processes
                 completion_length=completion_length,
                 seed=seed,
                 data_seed=seed,

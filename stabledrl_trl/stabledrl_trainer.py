@@ -342,6 +342,10 @@ class StableDRLTrainer(GRPOTrainer):
             reward_funcs = [
                 f if isinstance(f, str) or isinstance(f, torch.nn.Module) else _wrap_reward_func(f) for f in funcs
             ]
+        if kwargs.get("peft_config") is not None:  # a LoRA config without target modules: the family's default
+            from .lora_defaults import with_default_lora_targets
+
+            kwargs["peft_config"] = with_default_lora_targets(kwargs["peft_config"], model)
         if not isinstance(model, str):
             _ensure_generation_config(model)
         with _generation_config_on_load():
@@ -395,16 +399,12 @@ class StableDRLTrainer(GRPOTrainer):
         activation checkpointing, which costs a graph traversal per step; it stays off for a family whose model uses
         every parameter in every forward pass (`DiffusionFamily.uses_every_parameter`: LLaDA, Dream) unless
         `ddp_find_unused_parameters` is set explicitly."""
-        from accelerate.utils import DistributedDataParallelKwargs
+        from .ddp_settings import without_needless_unused_parameter_search
 
         accelerator_args = super()._build_accelerator_args(**kwargs)
-        family = detect_family(self.model) if self.args.diffusion is not False else None
-        uses_all = family is not None and get_family(family).uses_every_parameter
-        if self.args.ddp_find_unused_parameters is None and uses_all:
-            for handler in accelerator_args.get("kwargs_handlers", []):
-                if isinstance(handler, DistributedDataParallelKwargs):
-                    handler.find_unused_parameters = False
-        return accelerator_args
+        return without_needless_unused_parameter_search(
+            accelerator_args, self.model, self.args.ddp_find_unused_parameters, self.args.diffusion
+        )
 
     def _get_grad_norm(self, model, grad_norm=None):
         """transformers hook, run right before `optimizer.step()`: a step with a non-finite gradient norm is skipped.

@@ -1,5 +1,5 @@
 """scripts/ holds user entry points and benchmarks, nothing else: every file is either an entry point listed in the
-README's Layout section or a benchmark named `bench_<what>.py` (listed there too), and every Python script has the
+Layout section (docs/layout.md) or a benchmark named `bench_<what>.py` (listed there too), and every Python script has the
 TRL-style `make_parser()` and `main(...)`, with `main` run under `if __name__ == "__main__":`."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def calls_main_when_run(path: Path) -> bool:
     return False
 
 
-ENTRY_POINTS, BENCHMARKS = layout_lists((ROOT / "README.md").read_text())
+ENTRY_POINTS, BENCHMARKS = layout_lists((ROOT / "docs" / "layout.md").read_text())
 FILES = sorted(p.name for p in SCRIPTS.iterdir() if p.is_file())
 
 
