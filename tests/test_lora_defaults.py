@@ -122,3 +122,9 @@ def test_readme_cpu_lora_command_runs_and_its_adapter_loads_from_another_folder(
     got = {k: v for k, v in loaded.state_dict().items() if "lora_" in k}
     assert trained.keys() == got.keys() and all(torch.equal(trained[k], got[k]) for k in trained)
     assert any(v.abs().sum() > 0 for v in got.values())  # lora_A's random start: the saved adapter, not a fresh one
+    # scripts/evaluate.py, as the README says, from this other folder
+    result = load_script("evaluate").main(argv=[
+        "--model_name_or_path", str(out), "--task", "digit_sort", "--num_samples", "8", "--batch_size", "8",
+        "--training_config", str(ROOT / "configs" / "tiny.yaml"), "--output_file", str(elsewhere / "eval.json"),
+    ])  # fmt: skip
+    assert result["n"] == 8 and (elsewhere / "eval.json").is_file()
