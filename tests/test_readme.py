@@ -52,6 +52,11 @@ def test_readme_is_a_front_page_linking_every_docs_page():
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert pages - {"architecture.md"} <= linked, f"docs pages the README does not link: {sorted(pages - linked)}"
     assert "architecture.md" in linked  # written by its own change; the link is the README's part
+    tests = text.split("\n## Tests\n", 1)[1].split("\n## ", 1)[0]
+    ci_command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci_command.startswith("python -m pytest") and f"{ci_command}  " in tests  # CI runs the full suite
+    durations = re.findall(r"# (the full suite|the quick check|a smoke check)[^\n]*?: (?:about )?\d+ (?:min|s)\b", tests)
+    assert set(durations) == {"the full suite", "the quick check", "a smoke check"}, "each test command gives its time"
     for command in ("python scripts/train.py --config configs/tiny.yaml", "scripts/make_tiny_model.py",
                     "--config_file configs/accelerate/cpu_2proc.yaml", "--use_peft true", '-m "not slow"'):  # fmt: skip
         assert command in text, command
