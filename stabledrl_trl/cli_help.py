@@ -4,9 +4,9 @@
 TRL (7 s on an idle 2-core machine, 40 s on a loaded one) and then printed 1,634 lines with TrainingArguments'
 fields first. This module reads the dataclasses' fields (name, type, default and `metadata["help"]`) with `ast` from
 their source files, grouped by the `# ...` section comments above them, and renders a help page that starts with
-the script's description and its usage with `--config`. It imports nothing beyond the standard library and is loaded
-by the scripts by file path (scripts/train.py's `_cli_help`), so `import stabledrl_trl` (which registers the models with transformers)
-is not run either. `tests/scripts/test_script_help.py` checks that what it reads equals the imported dataclasses'
+the script's description and its usage with `--config`. It imports nothing beyond the standard library and is
+loaded by the scripts by file path (scripts/train.py's `_cli_help`), so `import stabledrl_trl` (which registers the
+models with transformers) is not run either. `tests/scripts/test_script_help.py` checks that what it reads equals the imported dataclasses'
 fields.
 """
 

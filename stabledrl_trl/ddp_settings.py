@@ -11,7 +11,9 @@ the warm-up under two processes runs DDP as the RL step does.
 from __future__ import annotations
 
 
-def without_needless_unused_parameter_search(accelerator_args: dict, model, ddp_find_unused_parameters, diffusion=None):
+def without_needless_unused_parameter_search(
+    accelerator_args: dict, model, ddp_find_unused_parameters, diffusion=None
+) -> dict:
     """`accelerator_args` (transformers' `_build_accelerator_args` result) with the DDP handler's
     `find_unused_parameters` turned off when `ddp_find_unused_parameters` is None and `model`'s family uses every
     parameter in every forward pass. `diffusion` False (an autoregressive run) leaves it as transformers set it."""

@@ -296,7 +296,9 @@ class MaskedDiffusionSFTTrainer(Trainer):
         from .ddp_settings import without_needless_unused_parameter_search
 
         accelerator_args = super()._build_accelerator_args(**kwargs)
-        return without_needless_unused_parameter_search(accelerator_args, self.model, self.args.ddp_find_unused_parameters)
+        return without_needless_unused_parameter_search(
+            accelerator_args, self.model, self.args.ddp_find_unused_parameters
+        )
 
     def _generator_for(self, device: torch.device) -> torch.Generator:
         if self._mask_generator is None or self._mask_generator.device.type != device.type:
