@@ -68,9 +68,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--docs-dir", default=results.DOCS, help="where --write-readme writes bench_block_rollout_<model>.json"
     )
     p.add_argument("--write-readme", action="store_true",
-                   help="write <docs-dir>/bench_block_rollout_<model>.json and README.md's block from it")  # fmt: skip
+                   help="write <docs-dir>/bench_block_rollout_<model>.json and the block (docs/*.md) from it")  # fmt: skip
     p.add_argument("--readme-only", action="store_true",
-                   help="measure nothing: rewrite README.md's blocks from the JSON files in --docs-dir")  # fmt: skip
+                   help="measure nothing: rewrite the blocks (README.md or docs/*.md) from the JSON files in --docs-dir")  # fmt: skip
     return p
 
 

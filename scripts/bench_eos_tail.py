@@ -105,9 +105,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_eos_tail.json")
     p.add_argument("--write-readme", action="store_true",
-                   help="write <docs-dir>/bench_eos_tail.json and README.md's bench_eos_tail block from it")  # fmt: skip
+                   help="write <docs-dir>/bench_eos_tail.json and the bench_eos_tail block (docs/*.md) from it")  # fmt: skip
     p.add_argument("--readme-only", action="store_true",
-                   help="measure nothing: rewrite README.md's block from <docs-dir>/bench_eos_tail.json")  # fmt: skip
+                   help="measure nothing: rewrite the block (docs/*.md) from <docs-dir>/bench_eos_tail.json")  # fmt: skip
     return p
 
 

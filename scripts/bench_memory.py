@@ -78,9 +78,9 @@ def make_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_memory.json")
     p.add_argument("--write-readme", action="store_true",
-                   help="write <docs-dir>/bench_memory.json and README.md's bench_memory block from it")  # fmt: skip
+                   help="write <docs-dir>/bench_memory.json and the bench_memory block (docs/*.md) from it")  # fmt: skip
     p.add_argument("--readme-only", action="store_true",
-                   help="measure nothing: rewrite README.md's block from <docs-dir>/bench_memory.json")  # fmt: skip
+                   help="measure nothing: rewrite the block (docs/*.md) from <docs-dir>/bench_memory.json")  # fmt: skip
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # internal: measure one K, print JSON
     return p
 

@@ -66,9 +66,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
     p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_plan.json")
     p.add_argument("--write-readme", action="store_true",
-                   help="write <docs-dir>/bench_plan.json and README.md's bench_plan block from it")  # fmt: skip
+                   help="write <docs-dir>/bench_plan.json and the bench_plan block (docs/*.md) from it")  # fmt: skip
     p.add_argument("--readme-only", action="store_true",
-                   help="measure nothing: rewrite README.md's block from <docs-dir>/bench_plan.json")  # fmt: skip
+                   help="measure nothing: rewrite the block (docs/*.md) from <docs-dir>/bench_plan.json")  # fmt: skip
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: measure one case, print JSON
     return p
 

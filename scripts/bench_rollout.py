@@ -133,9 +133,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", default=None, help="--write-readme: docs/bench_rollout_<tag>.json and its blocks")
     p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_rollout[_<tag>].json")
     p.add_argument("--write-readme", action="store_true",
-                   help="write <docs-dir>/bench_rollout[_<tag>].json and README.md's blocks from it")  # fmt: skip
+                   help="write <docs-dir>/bench_rollout[_<tag>].json and the blocks (README.md or docs/*.md) from it")  # fmt: skip
     p.add_argument("--readme-only", action="store_true",
-                   help="measure nothing: rewrite README.md's blocks from the bench_rollout*.json in --docs-dir")  # fmt: skip
+                   help="measure nothing: rewrite the blocks (README.md or docs/*.md) from the bench_rollout*.json in --docs-dir")  # fmt: skip
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: measure one row's memory
     return p
 

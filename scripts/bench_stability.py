@@ -595,7 +595,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--write-readme", action="store_true", help="rewrite README.md's stability<_tag> block")
     p.add_argument(
         "--readme-only", action="store_true",
-        help="run nothing: rewrite README.md's stability blocks from the JSON files in --output-dir (default docs/)",
+        help="run nothing: rewrite the stability blocks (README.md and docs/results.md) from the JSON files in --output-dir (default docs/)",
     )  # fmt: skip
     return p
 

@@ -86,9 +86,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="write the phases, rollout rate and peak memory as JSON here")
     p.add_argument("--docs-dir", default=results.DOCS, help="where --write-readme writes bench_step_<rollout>.json")
     p.add_argument("--write-readme", action="store_true",
-                   help="write <docs-dir>/bench_step_<rollout>.json and README.md's bench_step block")  # fmt: skip
+                   help="write <docs-dir>/bench_step_<rollout>.json and the bench_step block (docs/*.md)")  # fmt: skip
     p.add_argument("--readme-only", action="store_true",
-                   help="measure nothing: rewrite README.md's block from the bench_step_*.json files in --docs-dir")  # fmt: skip
+                   help="measure nothing: rewrite the block (docs/*.md) from the bench_step_*.json files in --docs-dir")  # fmt: skip
     return p
 
 

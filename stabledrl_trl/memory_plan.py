@@ -39,7 +39,7 @@ Rollout transient (no gradients; R = per_device_train_batch_size x steps_per_gen
 - the KV cache: 2 n_layers n_kv_heads head_dim R L b with `rollout_cache` prefix / dual or a block-diffusion model
   (SDAR's cached block sampler), else none.
 
-Validated against measured peaks on the CPU at small scale (`scripts/bench_plan.py`, README: Memory planning);
+Validated against measured peaks on the CPU at small scale (`scripts/bench_plan.py`, docs/benchmarks.md: Memory planning);
 nothing here has been compared with a GPU's allocator yet. Sources of the model shapes: `KNOWN_MODELS`.
 """
 

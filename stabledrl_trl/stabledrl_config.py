@@ -184,7 +184,7 @@ class StableDRLConfig(GRPOConfig):
     )
     cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
 
-    # ---- Fast rollouts: approximate, opt-in decoding modes of LLaDA's sampler (defaults are exact; README) ----
+    # ---- Fast rollouts: approximate, opt-in decoding modes of LLaDA's sampler (defaults are exact; docs/rollouts.md) ----
     rollout_cache: str = field(
         default="none",
         metadata={

@@ -161,7 +161,7 @@ REFUSED: dict[str, Refusal] = {
         "diffusion",
         "vLLM decodes autoregressively and does not run masked-diffusion sampling",
         "set use_vllm=False: rollouts then use the model family's masked-diffusion sampler (fast approximate "
-        "decoding: rollout_cache / parallel_threshold, README 'Fast rollouts')",
+        "decoding: rollout_cache / parallel_threshold, docs/rollouts.md)",
     ),
     "use_transformers_continuous_batching": Refusal(
         (False,),

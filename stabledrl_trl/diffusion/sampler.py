@@ -258,7 +258,7 @@ def generate(
         and generation ends when every row has finished. Exact: the completion up to the first EOS, and the
         completion mask, are those of a run without early stop.
 
-    Approximate modes (opt-in; each changes the result, see the README):
+    Approximate modes (opt-in; each changes the result, see docs/rollouts.md):
     cache: "prefix" / "dual" reuse the keys and values of a full forward at each block start for the prompt and
         earlier blocks ("prefix"), and also for the masked suffix after the block ("dual"), Fast-dLLM's prefix and
         dual cache; needs a logits_fn with `supports_canvas_cache = True` (a LLaDA `DiffusionAdapter`).
