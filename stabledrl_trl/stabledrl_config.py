@@ -387,6 +387,15 @@ class StableDRLConfig(GRPOConfig):
         },
     )
 
+    resume_allow_changes: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Settings that define the run (loss_type, num_generations, likelihood_estimator, ...: "
+            "run_identity.RUN_DEFINING_FIELDS) allowed to differ from the checkpoint's on resume, e.g. "
+            "['learning_rate'], or ['all']. Unset: a resume whose run-defining settings differ is refused."
+        },
+    )
+
     # ---- Reward text: what the reward functions grade ----
     reward_text: str = field(
         default="completion",
@@ -514,6 +523,9 @@ class StableDRLConfig(GRPOConfig):
                 f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
             )
         self._check_ratio_pairing()
+        from .run_identity import check_allowed_changes
+
+        check_allowed_changes(self.resume_allow_changes)
         from .trl_fields import check_config_fields
 
         check_config_fields(self)  # GRPOConfig fields that cannot apply to this loss type (trl_fields.REFUSED)
