@@ -65,8 +65,10 @@ def test_plan_command_line_writes_its_comment_once(tmp_path, load_script, capsys
     small = plan.main(["--config", str(config), "--model", str(tmp_path / "m")])
     assert small["peak"] < 2 * 2**30
     (tmp_path / "none.yaml").write_text("dtype: bfloat16\n")
-    with pytest.raises(ValueError, match="no model_name_or_path"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
         plan.main(["--config", str(tmp_path / "none.yaml")])
+    assert exit_info.value.code == 2 and "no model_name_or_path" in capsys.readouterr().err
 
 
 def test_validation_json_is_the_current_planner_on_the_current_cases_and_within_20_percent(load_script):
