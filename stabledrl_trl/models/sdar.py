@@ -39,6 +39,7 @@ from transformers import Qwen3Config
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM, Qwen3Model, Qwen3PreTrainedModel
 
+from .config_checks import check_native_config
 from .bidirectional import disable_causal_attention
 from .block_attention import block_causal_inputs, check_attention_implementation
 from .block_attention import block_causal_mask as block_causal_mask  # SDAR's masks, importable from here as before
@@ -72,7 +73,9 @@ class SDARConfig(Qwen3Config):
         if kwargs.get("auto_map"):
             self.auto_map = kwargs.pop("auto_map")
         kwargs.pop("auto_map", None)
+        check_native_config(self, "SDAR", sizes_only=True)  # before Qwen3Config divides by them
         super().__post_init__(**kwargs)
+        check_native_config(self, "SDAR")
         if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
             raise ValueError(f"SDAR config block_size={self.block_size!r} must be a positive int (SDAR uses 4).")
         if "sliding_attention" in self.layer_types:
