@@ -408,6 +408,10 @@ class StableDRLConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        from .launch_env import check_launch_environment, expand_path
+
+        check_launch_environment()  # before accelerate reads WORLD_SIZE / RANK (a hang or a bare error otherwise)
+        self.output_dir = expand_path("output_dir", self.output_dir)  # ~ and $VAR, as a shell would
         check_field_types(self)
         check_config_values(self, _type_hints(type(self)))  # bools, finite floats in range, positive step counts
         self._check_trainable_run()
