@@ -333,3 +333,26 @@ def test_model_path_with_weights_missing_from_its_checkpoint_is_refused(tmp_path
     args = StableDRLConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4, **CPU)
     with pytest.raises(CheckpointError, match=rf"1 weight\(s\) missing from the checkpoint \(e.g. \['{dropped}'\]\)"):
         StableDRLTrainer(model=str(path), reward_funcs=reward_len, args=args, train_dataset=dataset())
+
+
+# ------------------------------------------------------------------------------------------- tokenizer files
+
+
+def test_model_folder_without_tokenizer_files_is_reported_as_such(tmp_path, load_script):
+    """Not transformers' "missing sentencepiece" (train.py) or "unrecognized processing class" (the trainer)."""
+    folder = tmp_path / "model"
+    llada().save_pretrained(folder)
+    args = llada_args(tmp_path)
+    with pytest.raises(ValueError, match=r"model='.*model' has no tokenizer files .*processing_class=tokenizer"):
+        StableDRLTrainer(model=str(folder), reward_funcs=reward_len, args=args, train_dataset=dataset())
+    # with the tokenizer passed, the folder needs none
+    trainer = StableDRLTrainer(
+        model=str(folder), reward_funcs=reward_len, args=args, train_dataset=dataset(), processing_class=build_tiny_tokenizer()
+    )
+    assert trainer.is_diffusion
+    train = load_script("train")
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model_name_or_path: {folder}\nuse_cpu: true\nbf16: false\nreport_to: none\n"
+                      f"output_dir: {tmp_path / 'out'}\nper_device_train_batch_size: 4\nnum_generations: 4\n")  # fmt: skip
+    with pytest.raises(ValueError, match=r"model_name_or_path='.*model' has no tokenizer files"):
+        train.main(argv=["--config", str(config)])
