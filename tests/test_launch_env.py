@@ -69,7 +69,9 @@ def test_output_dir_expands_home_and_variables(tmp_path, monkeypatch):
     assert StableDRLConfig(output_dir="$HOME/runs/a", **kw).output_dir == str(tmp_path / "home" / "runs" / "a")
     assert StableDRLConfig(output_dir="~/b", **kw).output_dir == str(tmp_path / "home" / "b")
     assert StableDRLConfig(output_dir="${RUNS}/c", **kw).output_dir == str(tmp_path / "runs" / "c")
-    with pytest.raises(ValueError, match=r"output_dir='\$NOT_SET_ANYWHERE/x' uses the environment variable 'NOT_SET_ANYWHERE'"):
+    with pytest.raises(
+        ValueError, match=r"output_dir='\$NOT_SET_ANYWHERE/x' uses the environment variable 'NOT_SET_ANYWHERE'"
+    ):
         StableDRLConfig(output_dir="$NOT_SET_ANYWHERE/x", **kw)
     assert expand_path("output_dir", "plain/path") == "plain/path"
     assert not (tmp_path / "$HOME").exists()

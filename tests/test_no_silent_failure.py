@@ -116,7 +116,11 @@ def test_group_split_over_processes_follows_trls_rows_for_a_trl_loss(tmp_path):
     Here a 2-row local generation batch is handed to `_prepare_inputs` as process 0 of such a run sees it."""
     args = llada_args(tmp_path, loss_type="grpo", per_device_train_batch_size=4, max_steps=1)
     trainer = StableDRLTrainer(
-        model=llada(), reward_funcs=reward_len, args=args, train_dataset=dataset(), processing_class=build_tiny_tokenizer()
+        model=llada(),
+        reward_funcs=reward_len,
+        args=args,
+        train_dataset=dataset(),
+        processing_class=build_tiny_tokenizer(),
     )
     half_group = {
         "prompt_ids": torch.tensor([[5, 6], [7, 8]]),
@@ -144,7 +148,9 @@ def test_changed_defaults_are_said_once_at_start_up_with_the_fix(tmp_path, caplo
         StableDRLTrainer(
             model=llada(),
             reward_funcs=reward_len,
-            args=StableDRLConfig(output_dir=str(tmp_path / "a"), per_device_train_batch_size=4, num_generations=4, **CPU),
+            args=StableDRLConfig(
+                output_dir=str(tmp_path / "a"), per_device_train_batch_size=4, num_generations=4, **CPU
+            ),
             train_dataset=dataset(),
             processing_class=tok,
         )
@@ -160,7 +166,9 @@ def test_changed_defaults_are_said_once_at_start_up_with_the_fix(tmp_path, caplo
         StableDRLTrainer(
             model=llama(),
             reward_funcs=reward_len,
-            args=StableDRLConfig(output_dir=str(tmp_path / "b"), per_device_train_batch_size=4, num_generations=4, **CPU),
+            args=StableDRLConfig(
+                output_dir=str(tmp_path / "b"), per_device_train_batch_size=4, num_generations=4, **CPU
+            ),
             train_dataset=dataset(),
             processing_class=tok,
         )
@@ -195,7 +203,11 @@ def two_step_checkpoint(tmp_path_factory):
     out = tmp_path_factory.mktemp("resume") / "out"
     args = llada_args(out.parent, save_strategy="steps", save_steps=1, likelihood_estimator="mc_elbo", mc_samples=1)
     trainer = StableDRLTrainer(
-        model=llada(), reward_funcs=reward_len, args=args, train_dataset=dataset(), processing_class=build_tiny_tokenizer()
+        model=llada(),
+        reward_funcs=reward_len,
+        args=args,
+        train_dataset=dataset(),
+        processing_class=build_tiny_tokenizer(),
     )
     trainer.train()
     return out
@@ -210,7 +222,11 @@ def resume(out, tmp_path, **changes):
     kw.update(changes)
     args = llada_args(tmp_path, **kw)
     trainer = StableDRLTrainer(
-        model=llada(), reward_funcs=reward_len, args=args, train_dataset=dataset(), processing_class=build_tiny_tokenizer()
+        model=llada(),
+        reward_funcs=reward_len,
+        args=args,
+        train_dataset=dataset(),
+        processing_class=build_tiny_tokenizer(),
     )
     trainer.train(resume_from_checkpoint=True)
     return trainer
@@ -239,7 +255,9 @@ def test_checkpoints_record_the_settings_of_their_run(two_step_checkpoint):
 def test_resume_with_a_changed_run_is_refused_naming_the_field(two_step_checkpoint, tmp_path, changes, field):
     from stabledrl_trl.run_identity import ChangedRunError
 
-    with pytest.raises(ChangedRunError, match=rf"checkpoint-2: .*{field}: checkpoint .*resume_allow_changes=\[.*'{field}'"):
+    with pytest.raises(
+        ChangedRunError, match=rf"checkpoint-2: .*{field}: checkpoint .*resume_allow_changes=\[.*'{field}'"
+    ):
         resume(two_step_checkpoint, tmp_path, **changes)
 
 
@@ -247,7 +265,9 @@ def test_resume_with_an_allowed_change_or_a_longer_run_goes_on(two_step_checkpoi
     trainer = resume(two_step_checkpoint, tmp_path / "a")  # max_steps 2 -> 3 is not a change of run
     assert trainer.state.global_step == 3
     with caplog.at_level(logging.WARNING, logger="stabledrl_trl.run_identity"):
-        trainer = resume(two_step_checkpoint, tmp_path / "b", learning_rate=5e-3, resume_allow_changes=["learning_rate"])
+        trainer = resume(
+            two_step_checkpoint, tmp_path / "b", learning_rate=5e-3, resume_allow_changes=["learning_rate"]
+        )
     assert trainer.state.global_step == 3
     assert any("learning_rate: 0.01 -> 0.005" in r.getMessage() for r in caplog.records)
 
@@ -302,7 +322,11 @@ def test_a_second_run_into_a_locked_output_dir_is_refused(tmp_path):
 
         args = llada_args(tmp_path, max_steps=1, save_strategy="steps", save_steps=1)
         trainer = StableDRLTrainer(
-            model=llada(), reward_funcs=reward_len, args=args, train_dataset=dataset(), processing_class=build_tiny_tokenizer()
+            model=llada(),
+            reward_funcs=reward_len,
+            args=args,
+            train_dataset=dataset(),
+            processing_class=build_tiny_tokenizer(),
         )
         with pytest.raises(OutputDirInUseError, match=rf"pid {holder.pid} on .*choose another output_dir"):
             trainer.train()
@@ -347,7 +371,11 @@ def test_model_folder_without_tokenizer_files_is_reported_as_such(tmp_path, load
         StableDRLTrainer(model=str(folder), reward_funcs=reward_len, args=args, train_dataset=dataset())
     # with the tokenizer passed, the folder needs none
     trainer = StableDRLTrainer(
-        model=str(folder), reward_funcs=reward_len, args=args, train_dataset=dataset(), processing_class=build_tiny_tokenizer()
+        model=str(folder),
+        reward_funcs=reward_len,
+        args=args,
+        train_dataset=dataset(),
+        processing_class=build_tiny_tokenizer(),
     )
     assert trainer.is_diffusion
     train = load_script("train")

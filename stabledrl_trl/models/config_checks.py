@@ -44,7 +44,9 @@ TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "mask_token_id")
 
 def _fail(model: str, name: str, value, need: str, aliases: dict | None = None) -> None:
     shown = f"{name} ({aliases[name]} in its config.json)" if aliases and name in aliases else name
-    raise ValueError(f"{model} config {shown}={value!r} {need}; fix the model's config.json (or the config you built).")
+    raise ValueError(
+        f"{model} config {shown}={value!r} {need}; fix the model's config.json (or the config you built)."
+    )
 
 
 def _rope_theta(config):
@@ -86,7 +88,9 @@ def check_native_config(config, model: str, *, sizes_only: bool = False, aliases
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
             fail(model, name, value, "must be a probability in [0, 1)")
     factor = getattr(config, "partial_rotary_factor", None)
-    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1):
+    if factor is not None and (
+        isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1
+    ):
         fail(model, "partial_rotary_factor", factor, "must be in (0, 1]")
     vocab = getattr(config, "vocab_size", None)
     for name in TOKEN_IDS:

@@ -21,8 +21,8 @@ from transformers import Qwen2Config
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, Qwen2Model, Qwen2PreTrainedModel
 
-from .config_checks import check_native_config
 from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
+from .config_checks import check_native_config
 from .original_format import config_json_string, copy_remote_code, publishable_auto_map
 from .registration import register_auto_classes
 

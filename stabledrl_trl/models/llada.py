@@ -31,8 +31,8 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaModel, LlamaPreTrainedModel
 from transformers.utils.output_capturing import capture_outputs
 
-from .config_checks import check_native_config
 from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
+from .config_checks import check_native_config
 from .original_format import config_json_string, copy_remote_code, publishable_auto_map
 from .registration import register_auto_classes
 

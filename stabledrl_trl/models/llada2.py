@@ -53,8 +53,8 @@ from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOut
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MLP, DeepseekV3RMSNorm
 
-from .config_checks import check_native_config
 from .block_attention import block_causal_inputs, check_attention_implementation
+from .config_checks import check_native_config
 from .original_format import config_json_string
 from .registration import register_auto_classes
 

@@ -39,11 +39,11 @@ from transformers import Qwen3Config
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM, Qwen3Model, Qwen3PreTrainedModel
 
-from .config_checks import check_native_config
 from .bidirectional import disable_causal_attention
 from .block_attention import block_causal_inputs, check_attention_implementation
 from .block_attention import block_causal_mask as block_causal_mask  # SDAR's masks, importable from here as before
 from .block_attention import two_copy_block_mask as two_copy_block_mask
+from .config_checks import check_native_config
 from .original_format import config_json_string
 from .registration import register_auto_classes
 

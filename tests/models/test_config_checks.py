@@ -65,7 +65,11 @@ def test_llada2_config_values_are_checked_naming_the_field(overrides, message):
 @pytest.mark.parametrize(
     "family, overrides, message",
     [
-        ("llada", {"n_kv_heads": 0}, "num_key_value_heads (n_kv_heads in its config.json)=0 must be a positive integer"),
+        (
+            "llada",
+            {"n_kv_heads": 0},
+            "num_key_value_heads (n_kv_heads in its config.json)=0 must be a positive integer",
+        ),
         ("llada", {"n_heads": 0}, "num_attention_heads (n_heads in its config.json)=0 must be a positive integer"),
         ("llada", {"rope_theta": -1.0}, "rope_theta=-1.0 must be a finite number > 0"),
         ("llada", {"eos_token_id": 126081}, "eos_token_id=126081 must be a token id"),

@@ -87,8 +87,11 @@ def test_values_training_refuses_are_refused_naming_the_field(tmp_path, load_scr
         ("{not json", "cannot be read as JSON"),
         ('["a list"]', "not a JSON object"),
         ('{"model_type": "llama", "hidden_size": 64}', "lacks 'num_hidden_layers'"),
-        ('{"model_type": "llama", "hidden_size": 0, "num_hidden_layers": 2, "num_attention_heads": 2, '
-         '"intermediate_size": 8, "vocab_size": 10}', "hidden=0"),
+        (
+            '{"model_type": "llama", "hidden_size": 0, "num_hidden_layers": 2, "num_attention_heads": 2, '
+            '"intermediate_size": 8, "vocab_size": 10}',
+            "hidden=0",
+        ),
     ],
 )
 def test_bad_model_folders_are_one_clear_error(tmp_path, load_script, capsys, config_json, words):
