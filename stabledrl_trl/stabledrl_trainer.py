@@ -269,10 +269,12 @@ def _generation_config_on_load():
     original = grpo_module.create_model_from_path
 
     def create(*a, **k):
-        if k.get("output_loading_info"):
+        model_id = a[0] if a else k.get("model_id")
+        adapter = isinstance(model_id, str) and os.path.isfile(os.path.join(model_id, "adapter_config.json"))
+        if k.get("output_loading_info") or adapter:  # an adapter folder reports through PEFT instead
             return original(*a, **k)
         model, info = original(*a, output_loading_info=True, **k)
-        check_loaded_weights(a[0] if a else k.get("model_id"), info)
+        check_loaded_weights(model_id, info)
         _ensure_generation_config(model)
         return model
 

@@ -384,3 +384,46 @@ def test_model_folder_without_tokenizer_files_is_reported_as_such(tmp_path, load
                       f"output_dir: {tmp_path / 'out'}\nper_device_train_batch_size: 4\nnum_generations: 4\n")  # fmt: skip
     with pytest.raises(ValueError, match=r"model_name_or_path='.*model' has no tokenizer files"):
         train.main(argv=["--config", str(config)])
+
+
+# ------------------------------------------------------------------------------------------- two processes (slow)
+
+SPLIT_GROUP_SCRIPT = """
+import json, os, sys
+from datasets import Dataset
+from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+
+MODEL, OUTPUT_DIR = sys.argv[1], sys.argv[2]
+dataset = Dataset.from_list([{"prompt": f"Count to {i}:"} for i in range(16)])
+
+def reward_len(completions, **kwargs):
+    return [-abs(5 - len(c)) for c in completions]
+
+# TRL's layout: 2 rows per process, a group of 4 spans both processes
+args = StableDRLConfig(output_dir=OUTPUT_DIR, max_steps=2, save_strategy="no", use_cpu=True, bf16=False,
+                       report_to="none", per_device_train_batch_size=2, num_generations=4, max_completion_length=8,
+                       loss_type="grpo", learning_rate=1e-2, seed=3)
+trainer = StableDRLTrainer(model=MODEL, reward_funcs=reward_len, args=args, train_dataset=dataset)
+trainer.train()
+if trainer.accelerator.is_main_process:
+    with open(os.path.join(OUTPUT_DIR, "result.json"), "w") as f:
+        json.dump({"num_processes": trainer.accelerator.num_processes, "step": trainer.state.global_step}, f)
+"""
+
+
+@pytest.mark.slow
+def test_a_group_split_over_two_processes_trains(tmp_path, clean_env):
+    folder = tmp_path / "model"
+    llada().save_pretrained(folder)
+    build_tiny_tokenizer().save_pretrained(folder)
+    script = tmp_path / "split.py"
+    script.write_text(SPLIT_GROUP_SCRIPT)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    proc = subprocess.run(
+        [*cmd, str(script), str(folder), str(out)], env=clean_env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    assert json.loads((out / "result.json").read_text()) == {"num_processes": 2, "step": 2}
