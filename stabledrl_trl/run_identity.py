@@ -94,15 +94,20 @@ class ChangedRunError(ValueError):
 def _plain(value):
     """A JSON value for a setting: numbers, strings, bools and None as they are, lists recursively, enums by value,
     anything else by its string (compared as text)."""
-    if value is None or isinstance(value, (bool, int, str)):
+    import enum
+
+    if isinstance(value, enum.Enum):  # e.g. transformers' SchedulerType / OptimizerNames (str enums)
+        value = value.value
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
     if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
+        return float(value) if math.isfinite(value) else repr(value)
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    enum_value = getattr(value, "value", None)
-    if isinstance(enum_value, (str, int, float)):
-        return _plain(enum_value)
     return str(value)
 
 
