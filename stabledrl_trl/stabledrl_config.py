@@ -77,10 +77,20 @@ _ROLLOUT_DEFAULTS = {"max_completion_length": (_UnsetLength, 512), "temperature"
 
 def autoregressive_defaults(config) -> dict:
     """{field: GRPOConfig default} for each rollout field left at its diffusion default (not set by the user, not
-    even to the same value): what an autoregressive model uses instead."""
-    return {
+    even to the same value): what an autoregressive model uses instead. A block_length / diffusion_steps derived
+    from the diffusion length is derived again from the new one, so that the unused layout does not read as set."""
+    changes = {
         name: trl for name, (marker, trl) in _ROLLOUT_DEFAULTS.items() if isinstance(getattr(config, name), marker)
     }
+    if "max_completion_length" in changes:
+        from .diffusion.family import explicit_layout
+
+        explicit = explicit_layout(config)  # set away from what the diffusion length derives
+        derived = resolve_diffusion_layout(changes["max_completion_length"], None, None, check=False)
+        for name, value in zip(("block_length", "diffusion_steps"), derived):
+            if name not in explicit:
+                changes[name] = value
+    return changes
 
 
 @dataclass

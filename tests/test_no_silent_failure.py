@@ -162,7 +162,10 @@ def test_changed_defaults_are_said_once_at_start_up_with_the_fix(tmp_path, caplo
         assert text in notes[0], notes[0]
 
     caplog.clear()  # an autoregressive model keeps TRL's rollout defaults: only the objective's are named
-    with caplog.at_level(logging.WARNING, logger="stabledrl_trl.changed_defaults"):
+    import warnings
+
+    with caplog.at_level(logging.WARNING, logger="stabledrl_trl.changed_defaults"), warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # nor is a diffusion setting the script never set reported
         StableDRLTrainer(
             model=llama(),
             reward_funcs=reward_len,
