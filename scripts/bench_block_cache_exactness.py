@@ -25,6 +25,7 @@ try:
 except ImportError:  # run from a checkout without installing: the package sits next to scripts/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 from stabledrl_trl.diffusion.block_sampler import block_generate
 from stabledrl_trl.models.sdar import SDARConfig, SDARForCausalLM
 from stabledrl_trl.tiny import tiny_sdar_config_dict
@@ -91,7 +92,7 @@ def check(a, dtype_name: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    a = make_parser().parse_args(argv)
+    a = parse_checked(make_parser(), argv)
     if a.tiny:
         a.batch_size, a.prompt_length, a.gen_length = (
             min(a.batch_size, 4),

@@ -41,6 +41,7 @@ except ImportError:  # run from a checkout without installing: the package sits 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stabledrl_trl import results  # noqa: E402
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
 MODELS = ("sdar", "llada2")
 
@@ -241,7 +242,7 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
-    args = make_parser().parse_args(argv)
+    args = parse_checked(make_parser(), argv)
     if args.readme_only:
         results.rewrite_readme_only(readme_blocks(args.docs_dir), args.docs_dir, "bench_block_rollout_<model>.json")
         return 0

@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from stabledrl_trl import results  # noqa: E402
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
 CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe")
 DEFAULT_CONFIGS = ("tiny", "tiny_noisy", "tiny_block")
@@ -229,7 +230,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = make_parser().parse_args(argv)
+    args = parse_checked(make_parser(), argv)
     if args.readme_only:
         blocks = readme_blocks(args.docs_dir)
         results.rewrite_readme_only(blocks, args.docs_dir, "embedded_<config>.json")

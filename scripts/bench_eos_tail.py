@@ -28,6 +28,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from stabledrl_trl import results  # noqa: E402
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
 BLOCK = "bench_eos_tail"
 TEMPERATURE = 0.9  # rollouts at the official temperature
@@ -151,7 +152,7 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
 
 
 def main(argv=None):
-    args = make_parser().parse_args(argv)
+    args = parse_checked(make_parser(), argv)
     if args.readme_only:
         results.rewrite_readme_only(readme_blocks(args.docs_dir), args.docs_dir, f"{BLOCK}.json")
         return {}

@@ -38,6 +38,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
 from stabledrl_trl import results  # noqa: E402  (after the path insert; a light module: no torch)
 
@@ -268,7 +269,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict:
-    args = make_parser().parse_args(argv)
+    args = parse_checked(make_parser(), argv)
     output = args.output if os.path.isabs(args.output) else os.path.join(ROOT, args.output)
     if args.readme_from_json:
         with open(output) as f:

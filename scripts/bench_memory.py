@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,6 +48,8 @@ except ImportError:  # run from a checkout without installing: the package sits 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stabledrl_trl import results  # noqa: E402
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
+from stabledrl_trl.worker_process import run_worker  # noqa: E402
 
 BLOCK = "bench_memory"
 
@@ -236,8 +237,8 @@ def _measure_in_subprocess(argv: list[str], k: int, chunk_size: int | None = Non
     # A fixed mmap threshold stops glibc from raising it after frees (its default), so large tensors are always
     # mmapped and given back on free: the peak RSS then follows the live tensors instead of heap fragmentation.
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_", "65536")}
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    out = run_worker(cmd, env, f"K={k}")  # its error, not a bare CalledProcessError
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _ratio(value: float, base: float) -> float | None:
@@ -323,7 +324,7 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = make_parser().parse_args(argv)
+    args = parse_checked(make_parser(), argv, zero_ok=("chunk_size", "repeats"))
     if args.worker is not None:
         print(json.dumps(measure(args, args.worker)))
         return []

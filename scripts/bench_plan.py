@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -37,7 +36,9 @@ except ImportError:  # run from a checkout without installing: the package sits 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stabledrl_trl import results  # noqa: E402
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 from stabledrl_trl.memory_plan import ModelShape, PlanSettings, estimate  # noqa: E402
+from stabledrl_trl.worker_process import run_worker  # noqa: E402
 
 BLOCK = "bench_plan"
 
@@ -137,8 +138,8 @@ def measure_in_subprocess(name: str) -> int:
     cmd = [sys.executable, __file__, "--worker", name]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_", "65536"),
            "OMP_NUM_THREADS": "1"}  # fmt: skip
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
+    out = run_worker(cmd, env, f"case {name!r}")  # its error, not a bare CalledProcessError
+    return json.loads(out.strip().splitlines()[-1])["peak_bytes"]
 
 
 def run_case(name: str, overhead: float) -> dict:
@@ -198,8 +199,11 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     argv = sys.argv[1:] if argv is None else list(argv)
-    a = make_parser().parse_args(argv)
+    parser = make_parser()
+    a = parse_checked(parser, argv)
     if a.worker is not None:
+        if a.worker != "baseline" and a.worker not in CASES:
+            parser.error(f"--worker {a.worker!r}: invalid choice; give 'baseline' or a case of {list(CASES)}")
         print(json.dumps({"peak_bytes": measure(BASELINE if a.worker == "baseline" else CASES[a.worker])}))
         return []
     if a.readme_only:
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     unknown = [n for n in names if n not in CASES]
     if unknown or not names:
         what = f"unknown {unknown}" if unknown else f"no case in {a.cases!r}"
-        raise ValueError(f"--cases: {what}; give comma-separated names from {list(CASES)}")
+        parser.error(f"--cases: {what}; give comma-separated names from {list(CASES)}")
     if a.write_readme:
         results.check_readme_blocks([BLOCK])
     overhead = measure_in_subprocess("baseline")

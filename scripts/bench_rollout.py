@@ -68,6 +68,7 @@ except ImportError:  # run from a checkout without installing: the package sits 
     import stabledrl_trl  # noqa: F401
 
 from stabledrl_trl import results
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 from stabledrl_trl.diffusion.adapter import DiffusionAdapter, as_diffusion_lm
 from stabledrl_trl.diffusion.sampler import (
     _top_k_mask,
@@ -436,7 +437,7 @@ class CountingAdapter(DiffusionAdapter):
 
 
 def main(argv=None) -> list[dict]:
-    args = make_parser().parse_args(argv)
+    args = parse_checked(make_parser(), argv)
     if args.worker is not None:
         memory_worker(args.worker)
         return []

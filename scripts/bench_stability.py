@@ -45,6 +45,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from stabledrl_trl import results  # noqa: E402
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
 # Shared by every run: configs/tiny.yaml's rollout layout with the official estimator inputs (configs/tiny_noisy.yaml).
 STUDY = dict(
@@ -616,7 +617,7 @@ def _parse_value(default, value: str):
 
 
 def parse_args(argv=None):
-    args = make_parser().parse_args(argv)
+    args = parse_checked(make_parser(), argv)
     fields = config_fields()
     args.overrides = {}
     for item in args.set:

@@ -47,6 +47,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from stabledrl_trl import StableDRLConfig, StableDRLTrainer, results
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 from stabledrl_trl.models.llada import LLaDAConfig, LLaDAModelLM
 from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
 
@@ -206,7 +207,7 @@ class TimedTrainer(StableDRLTrainer):
 
 
 def main(argv=None) -> dict:
-    a = make_parser().parse_args(argv)
+    a = parse_checked(make_parser(), argv)
     if a.readme_only:
         results.rewrite_readme_only(readme_blocks(a.docs_dir), a.docs_dir, f"{BLOCK}_*.json")
         return {}

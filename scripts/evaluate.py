@@ -411,6 +411,9 @@ def load_model(args: EvaluateArguments):
     else:
         model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype, **load_kwargs)
         tokenizer_path = args.model_name_or_path
+    from stabledrl_trl.tokenizer_files import check_tokenizer_files
+
+    check_tokenizer_files(tokenizer_path, field="model_name_or_path" if tokenizer_path == args.model_name_or_path else "base_model_name_or_path")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, padding_side="left")
     return model.to(device).eval(), tokenizer, is_adapter
 

@@ -18,7 +18,7 @@
 # (default gpu_check_out/), with each part's status, seconds and results; the exit status is non-zero if a part
 # failed or a check did not hold.
 #
-# Usage: bash scripts/gpu_check.sh          (on a CUDA machine)
+# Usage: bash scripts/gpu_check.sh          (on a CUDA machine; PYTHON=/path/to/python picks the interpreter)
 #        bash scripts/gpu_check.sh --tiny   (tiny shapes on CPU: checks the script itself; tests/scripts/test_gpu_check.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT="${GPU_CHECK_OUT:-gpu_check_out}"
 mkdir -p "$OUT"
-PY="${PYTHON:-python}"
+# The interpreter: $PYTHON (tests pass the one running them), else python / python3 from PATH.
+PY="${PYTHON:-$(command -v python || command -v python3 || true)}"
+if [[ -z "$PY" ]]; then
+  echo "gpu_check.sh: no python on PATH; activate the virtual environment or set PYTHON=/path/to/python" >&2
+  exit 2
+fi
 
 if [[ "${1:-}" == "--tiny" ]]; then
   MODE=tiny

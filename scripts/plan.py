@@ -10,12 +10,18 @@ from the config take StableDRLConfig's defaults. Prompts have no length limit in
 prompt to plan for. --write-comment stores the plan in the config as a comment block (at its end, replaced on each
 run) that starts with the command that reproduces it; tests/scripts/test_plan.py checks that every GPU config's block
 equals the planner's current output.
+
+The config is first parsed and checked exactly as scripts/train.py does (TRL's parser with StableDRLConfig and
+ModelConfig, for --gpus processes), so a value training would refuse is refused here too, naming the field; the
+rollout rows per process are TRL's (generation_batch_size or steps_per_generation). Errors end the script with
+exit status 2 and one message, and --write-comment never writes a config it cannot read back unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import shlex
 import sys
@@ -55,17 +61,73 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+class PlanError(ValueError):
+    """A config, model or flag the planner cannot plan for; the message names it and the fix."""
+
+
+def read_config(path: str) -> dict:
+    """The config file as a mapping, with duplicate keys and unreadable files refused (as train.py refuses them)."""
+    from stabledrl_trl.validation import load_yaml_checked
+
+    if not Path(path).is_file():
+        raise PlanError(f"--config {path}: no such file.")
+    try:
+        cfg = load_yaml_checked(path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise PlanError(f"--config {path} is not a readable YAML file: {error}") from None
+    if cfg is None:
+        cfg = {}
+    if not isinstance(cfg, dict):
+        raise PlanError(f"--config {path} holds a YAML {type(cfg).__name__}, not a mapping of settings.")
+    return cfg
+
+
+def _train_script():
+    spec = importlib.util.spec_from_file_location("_stabledrl_train_script", Path(__file__).with_name("train.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_as_training(path: str, gpus: int) -> None:
+    """Parse and check the config as scripts/train.py does, with the generation batch derived for `gpus` processes
+    (bf16 is checked as a value only: no GPU is needed to plan)."""
+    from stabledrl_trl import StableDRLConfig
+
+    train = _train_script()
+
+    class PlannedConfig(StableDRLConfig):  # the fields and checks of StableDRLConfig, for `gpus` processes
+        @property
+        def world_size(self) -> int:
+            return gpus
+
+    from trl import ModelConfig
+
+    from stabledrl_trl.safety import make_trl_parser
+
+    parser = make_trl_parser((train.TrainScriptArguments, PlannedConfig, ModelConfig))
+    argv = ["--config", path]
+    bf16 = read_config(path).get("bf16")
+    if isinstance(bf16, bool) or bf16 is None:  # a wrong type is left for StableDRLConfig's own message
+        argv += ["--bf16", "false", "--use_cpu", "true"]
+    try:
+        script_args, _, model_args = parser.parse_args_and_config(argv)
+        train.check_script_args(script_args)
+        train.check_model_args(model_args)
+    except SystemExit as error:  # argparse's own exit for a value it cannot convert
+        raise PlanError(f"--config {path}: a value cannot be read (see the message above); exit {error.code}.") from None
+
+
 def config_with_defaults(path: str) -> dict:
-    """The config's keys over StableDRLConfig's defaults (without building the config: no GPU needed)."""
+    """The config's keys over StableDRLConfig's defaults (the values as written; check_as_training checks them)."""
     from stabledrl_trl import StableDRLConfig
 
     defaults = {}
     for f in dataclasses.fields(StableDRLConfig):
         if f.default is not dataclasses.MISSING:
             defaults[f.name] = f.default
-    with open(path) as fh:
-        cfg = yaml.safe_load(fh) or {}
-    return {**defaults, **cfg}
+    return {**defaults, **read_config(path)}
 
 
 def command_line(a: argparse.Namespace) -> str:
@@ -88,10 +150,19 @@ def command_line(a: argparse.Namespace) -> str:
 
 
 def plan(a: argparse.Namespace) -> tuple[str, dict]:
+    if isinstance(a.gpus, bool) or not isinstance(a.gpus, int) or a.gpus < 1:
+        raise PlanError(f"--gpus {a.gpus} must be an integer >= 1.")
+    if not (isinstance(a.gpu_memory, (int, float)) and 0 < a.gpu_memory < float("inf")):
+        raise PlanError(f"--gpu-memory {a.gpu_memory} must be a finite number of GiB > 0.")
+    if a.prompt_length < 0:
+        raise PlanError(f"--prompt-length {a.prompt_length} must be >= 0.")
     cfg = config_with_defaults(a.config)
     model = a.model or cfg.get("model_name_or_path")
     if not model:
         raise ValueError(f"{a.config} has no model_name_or_path; give --model (hub id or local folder).")
+    if not isinstance(model, str):
+        raise PlanError(f"model_name_or_path={model!r} in {a.config} must be a hub id or a folder path (a string).")
+    check_as_training(a.config, a.gpus)
     shape = resolve_shape(model)
     cfg.setdefault("max_prompt_length", a.prompt_length)
     if cfg.get("max_prompt_length") is None:
@@ -103,25 +174,53 @@ def plan(a: argparse.Namespace) -> tuple[str, dict]:
 
 
 def replace_comment(path: str, block: list[str]) -> None:
-    lines = Path(path).read_text().splitlines()
-    if COMMENT_BEGIN in lines:
-        start, end = lines.index(COMMENT_BEGIN), lines.index(COMMENT_END)
+    """Replace the config's plan block (or append one). Refused, the file untouched, when its markers are broken (one
+    without the other, repeated, in the wrong order, or a non-comment line between them) or when the result would
+    not read back as the same settings."""
+    text = Path(path).read_text()
+    lines = text.splitlines()
+    begins = [i for i, line in enumerate(lines) if line.strip() == COMMENT_BEGIN]
+    ends = [i for i, line in enumerate(lines) if line.strip() == COMMENT_END]
+    fix = f"Repair or delete the block between {COMMENT_BEGIN!r} and {COMMENT_END!r} in {path}, then run again."
+    if begins or ends:
+        if len(begins) != 1 or len(ends) != 1 or begins[0] > ends[0]:
+            raise PlanError(
+                f"{path}: the plan block's markers are broken ({len(begins)} begin and {len(ends)} end marker(s)"
+                f"{', end before begin' if len(begins) == len(ends) == 1 else ''}); not writing. {fix}"
+            )
+        start, end = begins[0], ends[0]
+        inside = [line for line in lines[start + 1 : end] if line.strip() and not line.lstrip().startswith("#")]
+        if inside:
+            raise PlanError(f"{path}: the plan block holds settings ({inside[0].strip()!r}); not writing. {fix}")
         lines = lines[:start] + lines[end + 1 :]
     while lines and not lines[-1].strip():
         lines.pop()
-    Path(path).write_text("\n".join([*lines, *block]) + "\n")
+    new = "\n".join([*lines, *block]) + "\n"
+    if yaml.safe_load(new) != yaml.safe_load(text):
+        raise PlanError(f"{path}: writing the plan block would change the settings it reads as; not writing. {fix}")
+    Path(path).write_text(new)
+
+
+def _fail(error: BaseException):
+    """One message on stderr and exit status 2 (argparse's for a usage error), no traceback."""
+    print(f"plan.py: error: {error}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def main(argv: list[str] | None = None) -> dict:
     a = make_parser().parse_args(argv)
-    if a.gpus < 1 or a.gpu_memory <= 0:
-        raise SystemExit(f"--gpus ({a.gpus}) must be >= 1 and --gpu-memory ({a.gpu_memory}) > 0 GiB")
-    text, components = plan(a)
+    try:
+        text, components = plan(a)
+    except (PlanError, ValueError, TypeError) as error:
+        _fail(error)
     print(text)
     if a.json:
         Path(a.json).write_text(json.dumps({**components, "gpu_bytes": a.gpu_memory * GIB}, indent=2) + "\n")
     if a.write_comment:
-        replace_comment(a.config, comment_block(text))
+        try:
+            replace_comment(a.config, comment_block(text))
+        except PlanError as error:
+            _fail(error)
     return components
 
 

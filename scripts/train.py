@@ -546,6 +546,9 @@ def _run(script_args, training_args, model_args):
 
     # before the tokenizer: a missing folder is not a hub "Repo id" error
     check_model_source(model_path, field="model_name_or_path", allow_pickle=training_args.allow_pickle_checkpoints)
+    from stabledrl_trl.tokenizer_files import check_tokenizer_files
+
+    check_tokenizer_files(model_path, field="model_name_or_path")  # not transformers' "missing sentencepiece"
 
     if model_args.use_peft and os.path.isdir(model_path):
         # the adapter records its base model (adapter_config.json): an absolute path loads from any working folder

@@ -32,7 +32,9 @@ Monte-Carlo samples; tokens T = r L, L = prompt + completion, doubled for the st
   bytes_logits = b + 4 [float32 copy when b < 4] + 12: the logits, their float32 copy, the softmax, its entropy
   term and the logits' gradient (float32 each).
 
-Rollout transient (no gradients; R = per_device_train_batch_size x steps_per_generation rows of prompt + completion):
+Rollout transient (no gradients; R = generation_batch_size / n rows of prompt + completion per process, derived as
+TRL's GRPOConfig does: generation_batch_size given, or per_device_train_batch_size x steps_per_generation x n, with
+steps_per_generation defaulting to gradient_accumulation_steps; `rollout_rows`):
 - one layer's forward activations: R L (4 d + 2 I) b;
 - the sampler's logits: R x block x V x (b + 4 [float32 copy when b < 4] + 4): the block's logits, their float32
   copy and the softmax of the candidate draw (the exact sampler scores the current block only);
@@ -46,11 +48,18 @@ nothing here has been compared with a GPU's allocator yet. Sources of the model 
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 GIB = 2**30
 SHARDINGS = ("ddp", "zero2", "zero3", "fsdp")
+
+
+def _check_int(name: str, value, minimum: int, where: str = "") -> None:
+    """An integer (not a bool, not a float) >= minimum, or a ValueError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r}{where} must be an integer >= {minimum}.")
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,20 @@ class ModelShape:
     moe_intermediate: int = 0
     dense_layers: int = 0
     source: str = ""
+
+    def __post_init__(self):
+        where = f" ({self.source})" if self.source else ""
+        for name in ("hidden", "n_layers", "n_heads", "n_kv_heads", "intermediate", "vocab"):
+            _check_int(name, getattr(self, name), 1, where)
+        for name in ("n_experts", "active_experts", "shared_experts", "moe_intermediate", "dense_layers"):
+            _check_int(name, getattr(self, name), 0, where)
+        if self.head_dim is not None:
+            _check_int("head_dim", self.head_dim, 1, where)
+        if self.n_experts and (self.active_experts < 1 or self.moe_intermediate < 1):
+            raise ValueError(
+                f"model shape{where}: {self.n_experts} experts need active_experts >= 1 and moe_intermediate >= 1 "
+                f"(got {self.active_experts} and {self.moe_intermediate})."
+            )
 
     @property
     def hd(self) -> int:
@@ -141,6 +164,19 @@ for _alias, _name in {"GSAI-ML/LLaDA-8B-Base": "GSAI-ML/LLaDA-8B-Instruct", "GSA
 
 def shape_from_config_json(config: dict, source: str = "") -> ModelShape:
     """A ModelShape from a model folder's config.json (LLaDA's names or transformers' Llama / Qwen / MoE names)."""
+    if not isinstance(config, dict):
+        raise ValueError(f"{source or 'config.json'} holds {type(config).__name__}, not a JSON object of settings.")
+    try:
+        return _shape_from_config_json(config, source)
+    except KeyError as error:
+        raise ValueError(
+            f"{source or 'config.json'} lacks {error.args[0]!r}, which the planner needs for the model's shape (LLaDA "
+            "configs: d_model, n_layers, n_heads, mlp_hidden_size, vocab_size; transformers configs: hidden_size, "
+            "num_hidden_layers, num_attention_heads, intermediate_size, vocab_size)."
+        ) from None
+
+
+def _shape_from_config_json(config: dict, source: str) -> ModelShape:
     if "d_model" in config:  # LLaDA's original config
         return ModelShape(
             config["d_model"], config["n_layers"], config["n_heads"], config.get("n_kv_heads") or config["n_heads"],
@@ -172,8 +208,17 @@ def resolve_shape(model: str) -> ModelShape:
         return KNOWN_MODELS[model]
     path = os.path.join(model, "config.json")
     if os.path.isfile(path):
-        with open(path) as f:
-            return shape_from_config_json(json.load(f), source=path)
+        try:
+            with open(path) as f:
+                config = json.load(f)
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise ValueError(f"model {model!r}: {path} cannot be read as JSON ({error}).") from None
+        return shape_from_config_json(config, source=path)
+    if os.path.isdir(model):
+        raise ValueError(
+            f"model {model!r} is a folder without a config.json: the planner reads the model's shape from it. Give "
+            "the folder of a saved model (config.json next to its weights)."
+        )
     raise ValueError(
         f"model {model!r}: not a known hub id ({', '.join(sorted(KNOWN_MODELS))}) and no local folder with a "
         "config.json. Give a local model folder, or add the architecture numbers to memory_plan.KNOWN_MODELS."
@@ -204,10 +249,70 @@ class PlanSettings:
     overhead_bytes: float = 1.0 * GIB  # the runtime's own memory (CUDA context, allocator cache, libraries)
 
     def __post_init__(self):
+        """Every setting checked as training checks it: the field's name, its value and the valid range."""
         if self.sharding not in SHARDINGS:
             raise ValueError(f"sharding={self.sharding!r}: choose one of {SHARDINGS}.")
-        if self.gpus < 1:
-            raise ValueError(f"gpus={self.gpus} must be >= 1.")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _PLAN_BOOLS and not isinstance(value, bool):
+                raise TypeError(f"{f.name}={value!r} ({type(value).__name__}) must be true or false.")
+            if f.name in _PLAN_INTS and not (value is None and f.name in _PLAN_OPTIONAL):
+                _check_int(f.name, value, _PLAN_INTS[f.name])
+        if isinstance(self.overhead_bytes, bool) or not isinstance(self.overhead_bytes, (int, float)) or not (
+            math.isfinite(self.overhead_bytes) and self.overhead_bytes >= 0
+        ):
+            raise ValueError(f"overhead_bytes={self.overhead_bytes!r} must be a finite number >= 0.")
+        if self.rollout_cache not in ("none", "prefix", "dual"):
+            raise ValueError(f"rollout_cache={self.rollout_cache!r}; choose 'none', 'prefix' or 'dual'.")
+        targets = self.lora_target_modules
+        if not (targets is None or targets == "all-linear" or (isinstance(targets, list) and all(isinstance(t, str) for t in targets))):
+            raise TypeError(f"lora_target_modules={targets!r} must be a list of module names or 'all-linear'.")
+
+
+_PLAN_BOOLS = ("bf16", "use_peft", "gradient_checkpointing", "attention_matrix")
+# minimum of each integer setting (lora_r >= 1 as train.py's check; a 0 prompt length is allowed: no prompt)
+_PLAN_INTS = {"gpus": 1, "lora_r": 1, "per_device_train_batch_size": 1, "steps_per_generation": 1, "mc_samples": 1,
+              "estimator_chunk_size": 1, "max_prompt_length": 0, "max_completion_length": 1, "block_length": 1}  # fmt: skip
+_PLAN_OPTIONAL = ("estimator_chunk_size",)
+
+
+def rollout_rows(
+    per_device_train_batch_size: int,
+    gpus: int,
+    *,
+    steps_per_generation: int | None = None,
+    generation_batch_size: int | None = None,
+    gradient_accumulation_steps: int = 1,
+    num_generations: int | None = None,
+) -> tuple[int, int]:
+    """(rollout rows per process, steps_per_generation) as TRL's GRPOConfig derives them for `gpus` processes.
+
+    generation_batch_size and steps_per_generation cannot both be set; generation_batch_size must be a multiple of
+    the global batch per_device_train_batch_size x gpus (steps_per_generation = the quotient); unset, steps_per_generation
+    is gradient_accumulation_steps. num_generations (when given) must divide the generation batch.
+    """
+    global_batch = per_device_train_batch_size * gpus
+    if generation_batch_size is not None and steps_per_generation is not None:
+        raise ValueError(
+            f"generation_batch_size={generation_batch_size} and steps_per_generation={steps_per_generation} are both "
+            "set; TRL takes one of them: remove one."
+        )
+    if generation_batch_size is not None:
+        if generation_batch_size % global_batch != 0:
+            raise ValueError(
+                f"generation_batch_size={generation_batch_size} is not a multiple of the global batch "
+                f"per_device_train_batch_size={per_device_train_batch_size} x {gpus} GPU(s) = {global_batch}, as "
+                "TRL requires."
+            )
+        steps = generation_batch_size // global_batch
+    else:
+        steps = steps_per_generation or gradient_accumulation_steps
+    if num_generations is not None and (global_batch * steps) % num_generations != 0:
+        raise ValueError(
+            f"the generation batch of {global_batch * steps} rows (per_device_train_batch_size x steps_per_generation "
+            f"x GPUs) is not a multiple of num_generations={num_generations}, as TRL requires."
+        )
+    return per_device_train_batch_size * steps, steps
 
 
 def estimate(shape: ModelShape, s: PlanSettings) -> dict[str, float]:
@@ -275,33 +380,70 @@ def estimate(shape: ModelShape, s: PlanSettings) -> dict[str, float]:
     return c
 
 
+def _setting(cfg: dict, key: str, kind, default):
+    """cfg[key] (default when absent or None), of `kind` (int: not a bool; bool: a real true / false), or an error
+    naming the key: a config's `use_peft: "no"` must not read as true, nor `per_device_train_batch_size: "8"` pass."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if kind is bool and not isinstance(value, bool):
+        raise TypeError(f"{key}={value!r} ({type(value).__name__}) must be true or false (without quotes).")
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{key}={value!r} ({type(value).__name__}) must be an integer.")
+    if kind is str and not isinstance(value, str):
+        raise TypeError(f"{key}={value!r} ({type(value).__name__}) must be a string.")
+    return value
+
+
 def settings_from_config(cfg: dict, gpus: int, sharding: str | None = None) -> PlanSettings:
-    """PlanSettings from a training config (YAML as a dict); sharding defaults to ddp on one GPU, fsdp on several."""
-    dtype = str(cfg.get("dtype", cfg.get("torch_dtype", "float32")))
+    """PlanSettings from a training config (YAML as a dict); sharding defaults to ddp on one GPU, fsdp on several.
+    The rollout rows per process are TRL's (`rollout_rows`: generation_batch_size, or steps_per_generation, or
+    gradient_accumulation_steps). Wrong types and out-of-range values are errors naming the key."""
+    if not isinstance(cfg, dict):
+        raise TypeError(f"a training config is a mapping of settings, not {type(cfg).__name__}.")
+    dtype = str(_setting(cfg, "dtype", str, None) or _setting(cfg, "torch_dtype", str, "float32"))
     from .diffusion.estimators import default_num_samples
 
-    estimator = str(cfg.get("likelihood_estimator", "block_random"))
-    mc_samples = cfg.get("mc_samples")  # None: the estimator's own count, as StableDRLConfig.num_mc_samples
+    estimator = _setting(cfg, "likelihood_estimator", str, "block_random")
+    mc_samples = _setting(cfg, "mc_samples", int, None)  # None: the estimator's own count (num_mc_samples)
     if mc_samples is None:
-        mc_samples = default_num_samples(estimator, int(cfg.get("sdmc_nodes") or 3))
-    per_device = int(cfg.get("per_device_train_batch_size", 8))
-    accum = int(cfg.get("gradient_accumulation_steps", 1))
+        mc_samples = default_num_samples(estimator, _setting(cfg, "sdmc_nodes", int, 3))
+    per_device = _setting(cfg, "per_device_train_batch_size", int, 8)
+    _check_int("per_device_train_batch_size", per_device, 1)
+    _check_int("gpus", gpus, 1)
+    accum = _setting(cfg, "gradient_accumulation_steps", int, 1)
+    _check_int("gradient_accumulation_steps", accum, 1)
+    steps = _setting(cfg, "steps_per_generation", int, None)
+    generation_batch = _setting(cfg, "generation_batch_size", int, None)
+    num_generations = _setting(cfg, "num_generations", int, None)
+    for name, value in (("steps_per_generation", steps), ("generation_batch_size", generation_batch),
+                        ("num_generations", num_generations)):  # fmt: skip
+        if value is not None:
+            _check_int(name, value, 1)
+    rows, steps = rollout_rows(
+        per_device,
+        gpus,
+        steps_per_generation=steps,
+        generation_batch_size=generation_batch,
+        gradient_accumulation_steps=accum,
+        num_generations=num_generations,
+    )
     return PlanSettings(
         gpus=gpus,
         sharding=sharding or ("ddp" if gpus == 1 else "fsdp"),
         bf16=dtype in ("bfloat16", "bf16", "float16"),
-        use_peft=bool(cfg.get("use_peft", False)),
-        lora_r=int(cfg.get("lora_r", 16)),
+        use_peft=_setting(cfg, "use_peft", bool, False),
+        lora_r=_setting(cfg, "lora_r", int, 16),
         lora_target_modules=cfg.get("lora_target_modules"),
-        gradient_checkpointing=bool(cfg.get("gradient_checkpointing", False)),
+        gradient_checkpointing=_setting(cfg, "gradient_checkpointing", bool, False),
         per_device_train_batch_size=per_device,
-        steps_per_generation=int(cfg.get("steps_per_generation") or accum),
-        mc_samples=int(mc_samples),
-        estimator_chunk_size=cfg.get("estimator_chunk_size"),
-        max_prompt_length=int(cfg.get("max_prompt_length") or 512),
-        max_completion_length=int(cfg.get("max_completion_length", 256)),
-        block_length=int(cfg.get("block_length") or 32),
-        rollout_cache=str(cfg.get("rollout_cache", "none")),
+        steps_per_generation=steps,
+        mc_samples=mc_samples,
+        estimator_chunk_size=_setting(cfg, "estimator_chunk_size", int, None),
+        max_prompt_length=_setting(cfg, "max_prompt_length", int, 512),
+        max_completion_length=_setting(cfg, "max_completion_length", int, 256),
+        block_length=_setting(cfg, "block_length", int, 32),
+        rollout_cache=_setting(cfg, "rollout_cache", str, "none"),
         likelihood_estimator=estimator,
     )
 

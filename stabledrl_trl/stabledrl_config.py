@@ -77,10 +77,20 @@ _ROLLOUT_DEFAULTS = {"max_completion_length": (_UnsetLength, 512), "temperature"
 
 def autoregressive_defaults(config) -> dict:
     """{field: GRPOConfig default} for each rollout field left at its diffusion default (not set by the user, not
-    even to the same value): what an autoregressive model uses instead."""
-    return {
+    even to the same value): what an autoregressive model uses instead. A block_length / diffusion_steps derived
+    from the diffusion length is derived again from the new one, so that the unused layout does not read as set."""
+    changes = {
         name: trl for name, (marker, trl) in _ROLLOUT_DEFAULTS.items() if isinstance(getattr(config, name), marker)
     }
+    if "max_completion_length" in changes:
+        from .diffusion.family import explicit_layout
+
+        explicit = explicit_layout(config)  # set away from what the diffusion length derives
+        derived = resolve_diffusion_layout(changes["max_completion_length"], None, None, check=False)
+        for name, value in zip(("block_length", "diffusion_steps"), derived):
+            if name not in explicit:
+                changes[name] = value
+    return changes
 
 
 @dataclass
@@ -387,6 +397,15 @@ class StableDRLConfig(GRPOConfig):
         },
     )
 
+    resume_allow_changes: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Settings that define the run (loss_type, num_generations, likelihood_estimator, ...: "
+            "run_identity.RUN_DEFINING_FIELDS) allowed to differ from the checkpoint's on resume, e.g. "
+            "['learning_rate'], or ['all']. Unset: a resume whose run-defining settings differ is refused."
+        },
+    )
+
     # ---- Reward text: what the reward functions grade ----
     reward_text: str = field(
         default="completion",
@@ -399,6 +418,10 @@ class StableDRLConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        from .launch_env import check_launch_environment, expand_path
+
+        check_launch_environment()  # before accelerate reads WORLD_SIZE / RANK (a hang or a bare error otherwise)
+        self.output_dir = expand_path("output_dir", self.output_dir)  # ~ and $VAR, as a shell would
         check_field_types(self)
         check_config_values(self, _type_hints(type(self)))  # bools, finite floats in range, positive step counts
         self._check_trainable_run()
@@ -514,6 +537,9 @@ class StableDRLConfig(GRPOConfig):
                 f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
             )
         self._check_ratio_pairing()
+        from .run_identity import check_allowed_changes
+
+        check_allowed_changes(self.resume_allow_changes)
         from .trl_fields import check_config_fields
 
         check_config_fields(self)  # GRPOConfig fields that cannot apply to this loss type (trl_fields.REFUSED)

@@ -31,7 +31,8 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
-from . import multinode, safety
+from . import multinode, run_identity, safety
+from .changed_defaults import announce_changed_defaults
 from .diffusion.adapter import as_diffusion_lm, unwrap_model
 from .diffusion.estimators import estimator_standard_error
 from .diffusion.family import detect_family, get_family
@@ -241,6 +242,25 @@ def _ensure_generation_config(model) -> None:
         model.generation_config = GenerationConfig.from_model_config(model.config)
 
 
+def check_loaded_weights(model_id, loading_info: dict) -> None:
+    """A model TRL loads by path must have every weight in its checkpoint: transformers initialises missing ones at
+    random and only prints a table, so the run would train (and report on) a partly random model. An error naming
+    them instead; shape mismatches likewise."""
+    missing = sorted(loading_info.get("missing_keys") or [])
+    mismatched = [str(m[0]) if isinstance(m, (list, tuple)) else str(m) for m in loading_info.get("mismatched_keys") or []]
+    if missing or mismatched:
+        what = []
+        if missing:
+            what.append(f"{len(missing)} weight(s) missing from the checkpoint (e.g. {missing[:3]})")
+        if mismatched:
+            what.append(f"{len(mismatched)} weight(s) of the wrong shape (e.g. {mismatched[:3]})")
+        raise CheckpointError(
+            f"model={short_repr(model_id)}: {' and '.join(what)}; transformers would initialise them at random and "
+            "training would start from a partly random model. Use a complete checkpoint (all weight files and "
+            "model.safetensors.index.json), or a config that matches its weights."
+        )
+
+
 @contextlib.contextmanager
 def _generation_config_on_load():
     """While TRL builds the trainer, models it loads from a path get a `generation_config` if they lack one."""
@@ -249,7 +269,12 @@ def _generation_config_on_load():
     original = grpo_module.create_model_from_path
 
     def create(*a, **k):
-        model = original(*a, **k)
+        model_id = a[0] if a else k.get("model_id")
+        adapter = isinstance(model_id, str) and os.path.isfile(os.path.join(model_id, "adapter_config.json"))
+        if k.get("output_loading_info") or adapter:  # an adapter folder reports through PEFT instead
+            return original(*a, **k)
+        model, info = original(*a, output_loading_info=True, **k)
+        check_loaded_weights(model_id, info)
         _ensure_generation_config(model)
         return model
 
@@ -365,6 +390,8 @@ class StableDRLTrainer(GRPOTrainer):
         )  # the model's DiffusionAdapter, None for an autoregressive model
         self._family = family
         self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
+        if self.accelerator.is_main_process:
+            announce_changed_defaults(args, self.is_diffusion)
         if self.is_diffusion:
             self._mask_token_id = self._dlm.mask_token_id
             if args.completion_end == "tokenizer_eos":  # official: <|eot_id|> before the EOS is a scored token
@@ -476,9 +503,37 @@ class StableDRLTrainer(GRPOTrainer):
         """`Trainer.train`, with the output folder and the checkpoint to resume checked first (see `safety`)."""
         if resume_from_checkpoint is None:  # GRPOConfig's field (transformers' Trainer leaves it to scripts)
             resume_from_checkpoint = self.args.resume_from_checkpoint
+        lock = self._lock_output_dir()
+        try:
+            return self._train_locked(resume_from_checkpoint, trial, **kwargs)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _lock_output_dir(self):
+        """Global rank 0 takes output_dir's lock (`output_lock`); every process raises if another run holds it."""
+        from .output_lock import OutputDirInUseError, OutputDirLock
+
+        lock, refusal = None, None
+        if self.accelerator.is_main_process:
+            try:
+                lock = OutputDirLock(self.args.output_dir).acquire()
+            except OutputDirInUseError as error:
+                refusal = str(error)
+        if self.accelerator.num_processes > 1:
+            refusal = multinode.broadcast_object(refusal)
+        if refusal is not None:
+            if lock is not None:
+                lock.release()
+            raise OutputDirInUseError(refusal)
+        return lock
+
+    def _train_locked(self, resume_from_checkpoint, trial, **kwargs):
         resume = safety.resolve_resume(
             resume_from_checkpoint, self.args.output_dir, needs_optimizer=not self.args.save_only_model
         )
+        if resume is not None:  # the loss, estimator, batch layout ... must be the checkpoint's (run_identity)
+            run_identity.check_resume_settings(resume, self.args, self.args.resume_allow_changes)
         if resume is None:
             safety.check_fresh_output_dir(
                 self.args.output_dir, self.args.overwrite_output_dir, self.accelerator.is_main_process
@@ -577,7 +632,12 @@ class StableDRLTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         try:
-            return super()._save_checkpoint(model, trial)
+            out = super()._save_checkpoint(model, trial)
+            if self.args.should_save:  # the settings a resume must match (run_identity)
+                folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+                if os.path.isdir(folder):
+                    run_identity.write_run_settings(folder, self.args)
+            return out
         except Exception as error:  # torch.save and safetensors report a full disk as RuntimeError / SafetensorError
             if not safety.is_disk_full(error):
                 raise
@@ -866,7 +926,9 @@ class StableDRLTrainer(GRPOTrainer):
         return logps
 
     def _prepare_inputs(self, generation_batch: dict[str, torch.Tensor | Any]) -> dict[str, torch.Tensor | Any]:
-        if not self.model.training:
+        if not self.model.training or self.loss_type not in GROUP_NORMALISED_LOSS_TYPES:
+            # TRL's row shuffle (and its draws from the global random stream): only the group-normalised losses
+            # need whole groups per micro-batch; the others keep TRL's behaviour, a group split over processes too
             return super()._prepare_inputs(generation_batch)
         generate_every = self.args.steps_per_generation * self.num_iterations
         if self._step % generate_every == 0 or self._buffered_inputs is None:

@@ -380,6 +380,10 @@ def check_inputs_before_loading(model, args, kwargs: dict) -> bool | None:
 
     if isinstance(model, str):
         check_model_source(model, allow_pickle=args.allow_pickle_checkpoints)
+        if kwargs.get("processing_class") is None:  # TRL loads the tokenizer from the model's folder
+            from .tokenizer_files import check_tokenizer_files
+
+            check_tokenizer_files(model)
     check_datasets_have_rows(kwargs)
     diffusion = is_diffusion_before_loading(model, args)
     check_model_fields(args, diffusion)  # e.g. use_vllm: refused before TRL sets vLLM up

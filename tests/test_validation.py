@@ -16,6 +16,7 @@ from test_reliability import make_args, make_dataset, make_llada
 from stabledrl_trl import validation
 from stabledrl_trl.diffusion.adapter import DiffusionAdapter
 from stabledrl_trl.safety import check_fresh_output_dir
+from stabledrl_trl.tiny import build_tiny_tokenizer
 
 CPU = torch.device("cpu")
 
@@ -96,6 +97,7 @@ def test_inputs_layer_returns_whether_the_model_is_a_diffusion_lm(tmp_path, tiny
     assert validation.check_inputs_before_loading(tiny_llama, args, inputs) is False
     folder = tmp_path / "llada"
     make_llada().save_pretrained(folder)  # a local folder: told from its config.json before loading
+    build_tiny_tokenizer().save_pretrained(folder)  # TRL loads the tokenizer from it (checked before loading)
     assert validation.check_inputs_before_loading(str(folder), args, inputs) is True
     assert args.model_init_kwargs is None  # the check sets nothing (the trainer adds use_safetensors)
 

@@ -22,6 +22,7 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, Qwen2Model, Qwen2PreTrainedModel
 
 from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
+from .config_checks import check_native_config
 from .original_format import config_json_string, copy_remote_code, publishable_auto_map
 from .registration import register_auto_classes
 
@@ -44,7 +45,9 @@ class DreamConfig(Qwen2Config):
         auto_map = kwargs.pop("auto_map", None)
         if auto_map:
             self.auto_map = dict(auto_map)
+        check_native_config(self, "Dream", sizes_only=True)  # before Qwen2Config divides by them
         super().__post_init__(**kwargs)
+        check_native_config(self, "Dream")
         if "sliding_attention" in self.layer_types:
             raise ValueError(
                 "Dream config enables sliding-window attention (use_sliding_window=True), which this bidirectional "

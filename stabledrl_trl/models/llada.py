@@ -32,6 +32,7 @@ from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaMode
 from transformers.utils.output_capturing import capture_outputs
 
 from .bidirectional import check_no_cache, disable_causal_attention, padding_position_ids
+from .config_checks import check_native_config
 from .original_format import config_json_string, copy_remote_code, publishable_auto_map
 from .registration import register_auto_classes
 
@@ -46,6 +47,7 @@ LLADA_TO_LLAMA_KEYS = {
     "weight_tying": "tie_word_embeddings",
     "init_std": "initializer_range",
 }
+_LLAMA_TO_LLADA_KEYS = {v: k for k, v in LLADA_TO_LLAMA_KEYS.items()}
 
 # LLaDA options that change the computation, with the values this implementation supports (LLaDA's released
 # checkpoints all use these). Any other value raises instead of being silently ignored.
@@ -160,8 +162,10 @@ class LLaDAConfig(LlamaConfig):
                     "embedding_size is the number of embedding rows and must be at least vocab_size."
                 )
             self.vocab_size = embedding_size
+        check_native_config(self, "LLaDA", sizes_only=True, aliases=_LLAMA_TO_LLADA_KEYS)  # before LlamaConfig divides by them
         super().__post_init__(**kwargs)
         self._check_llama_fields()
+        check_native_config(self, "LLaDA", aliases=_LLAMA_TO_LLADA_KEYS)
 
     def _check_llama_fields(self) -> None:
         """Reject Llama options that LLaDA checkpoints do not have (their LLaDA keys could not express them)."""

@@ -54,6 +54,7 @@ from transformers.modeling_utils import slice_logits_to_keep
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MLP, DeepseekV3RMSNorm
 
 from .block_attention import block_causal_inputs, check_attention_implementation
+from .config_checks import check_native_config
 from .original_format import config_json_string
 from .registration import register_auto_classes
 
@@ -142,9 +143,11 @@ class LLaDA2MoeConfig(PreTrainedConfig):
         kwargs.pop("auto_map", None)
         # kept and written back; the behaviour is fixed (FIXED_LLADA2_OPTIONS) or unused (dropouts at inference)
         self.original_options = {k: kwargs.pop(k) for k in list(kwargs) if k in FIXED_LLADA2_OPTIONS}
+        check_native_config(self, "LLaDA2", sizes_only=True)  # before sizes are divided by
         super().__post_init__(**kwargs)
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
+        check_native_config(self, "LLaDA2")
         for name in ("block_size", "num_experts", "num_experts_per_tok", "n_group", "topk_group", "head_dim"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

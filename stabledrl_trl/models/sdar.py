@@ -43,6 +43,7 @@ from .bidirectional import disable_causal_attention
 from .block_attention import block_causal_inputs, check_attention_implementation
 from .block_attention import block_causal_mask as block_causal_mask  # SDAR's masks, importable from here as before
 from .block_attention import two_copy_block_mask as two_copy_block_mask
+from .config_checks import check_native_config
 from .original_format import config_json_string
 from .registration import register_auto_classes
 
@@ -72,7 +73,9 @@ class SDARConfig(Qwen3Config):
         if kwargs.get("auto_map"):
             self.auto_map = kwargs.pop("auto_map")
         kwargs.pop("auto_map", None)
+        check_native_config(self, "SDAR", sizes_only=True)  # before Qwen3Config divides by them
         super().__post_init__(**kwargs)
+        check_native_config(self, "SDAR")
         if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
             raise ValueError(f"SDAR config block_size={self.block_size!r} must be a positive int (SDAR uses 4).")
         if "sliding_attention" in self.layer_types:

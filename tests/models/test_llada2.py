@@ -98,7 +98,7 @@ def test_router_rule_by_hand():
     """Group limit, bias steering the choice only, renormalised unbiased weights: computed by hand on 8 experts."""
     config = LLaDA2MoeConfig(vocab_size=16, hidden_size=8, num_experts=8, n_group=2, topk_group=1,
                              num_experts_per_tok=2, routed_scaling_factor=2.0, head_dim=4, num_attention_heads=2,
-                             num_key_value_heads=1)  # fmt: skip
+                             num_key_value_heads=1, pad_token_id=0)  # fmt: skip (ids inside the 16-token vocabulary)
     gate = LLaDA2MoeGate(config)
     with torch.no_grad():
         gate.weight.copy_(torch.eye(8))
@@ -207,7 +207,7 @@ def test_config_rejects_behaviour_it_does_not_compute():
     with pytest.raises(ValueError, match="block_size=0"):
         LLaDA2MoeConfig(block_size=0)
     with pytest.raises(ValueError, match="mask_token_id=200"):
-        LLaDA2MoeConfig(vocab_size=128, mask_token_id=200)
+        LLaDA2MoeConfig(vocab_size=128, mask_token_id=200, pad_token_id=0)
 
 
 def test_every_recorded_generate_step_logit(ref):

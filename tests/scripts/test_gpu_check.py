@@ -4,6 +4,7 @@ summary with its checks (the GPU run itself needs a CUDA machine)."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -12,7 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.mark.slow
 def test_gpu_check_tiny_writes_one_summary(tmp_path, clean_env):
-    env = dict(clean_env, GPU_CHECK_OUT=str(tmp_path))
+    # the interpreter running the tests, not whichever `python` PATH finds (none, without an activated venv)
+    env = dict(clean_env, GPU_CHECK_OUT=str(tmp_path), PYTHON=sys.executable)
     proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_check.sh"), "--tiny"], env=env,
                           capture_output=True, text=True, timeout=1800)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
