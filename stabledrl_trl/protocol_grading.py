@@ -20,7 +20,8 @@ as implemented here (each function's docstring gives the exact rule; the parity 
   keeps the expression; correct when its integer literals are exactly the given numbers (as multisets) and its value
   as a Python arithmetic expression is within 1e-5 of the target. The value is computed by
   `tasks.countdown.evaluate_python_arithmetic` (Python's semantics, never `eval`); where d1's `eval` would run out
-  of time or memory (a huge power) the answer is wrong here.
+  of time or memory (a huge power) the answer is wrong here, and so is one nesting parentheses and powers more
+  than 100 deep (the evaluator's limit; Python's parser allows 200).
 - Sudoku (`d1_sudoku_cells`): the first of five patterns that captures non-blank text (an `<answer>` with a fenced
   block of digits; the `<answer>` content up to `<|eot_id|>`, `<|endoftext|>` or `</answer>`; the text after
   `</answer>`; 16 digits before `</answer>`; any standalone 16 digits), whitespace removed, padded with "0" or cut to
