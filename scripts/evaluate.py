@@ -126,7 +126,8 @@ class EvaluateOptions:
         default=None,
         metadata={
             "help": "With --protocol d1 / spg: one of their reported lengths 128, 256, 512 (default 256; steps = "
-            "length / 2 and the batch size follow, as in their scripts). --gen_length instead is a deviation."
+            "length / 2 and the batch size follow, as in their scripts); the sampler flag gen_length is a "
+            "deviation instead."
         },
     )
     limit: int | None = field(

@@ -123,8 +123,14 @@ def build_card(
         used = runtime.get(key)
         if used is not None and used != protocol_value:
             all_deviations.append(
-                {"field": f"runtime.{key}", "protocol": protocol_value, "used": used,
-                 "note": "batch layout only: results are unchanged at temperature 0" if key == "num_processes" else ""}
+                {
+                    "field": f"runtime.{key}",
+                    "protocol": protocol_value,
+                    "used": used,
+                    "note": "batch layout only: results are unchanged at temperature 0"
+                    if key == "num_processes"
+                    else "",
+                }
             )
     return {
         "schema": SCHEMA,
@@ -180,16 +186,18 @@ def results_table(cards: list[dict]) -> str:
         protocol = card["protocol"]
         length = protocol.get("gen_length") or protocol["sampler"].get("max_completion_length")
         deviations = card.get("deviations") or []
-        rows.append([
-            card["task"],
-            f"{card['protocol_name']} (length {length})",
-            score["metric"].replace("_", " "),
-            f"{_percent(score['value'])} [{_percent(low)}, {_percent(high)}]",
-            score.get("n", sum(s["n"] for s in score.get("per_seed", {}).values())),
-            ", ".join(score["seeds"]),
-            "; ".join(f"{d['field']}: {d['protocol']} -> {d['used']}" for d in deviations) or "none",
-            (card.get("commit") or "unknown")[:10] + (" (dirty)" if card.get("dirty") else ""),
-        ])
+        rows.append(
+            [
+                card["task"],
+                f"{card['protocol_name']} (length {length})",
+                score["metric"].replace("_", " "),
+                f"{_percent(score['value'])} [{_percent(low)}, {_percent(high)}]",
+                score.get("n", sum(s["n"] for s in score.get("per_seed", {}).values())),
+                ", ".join(score["seeds"]),
+                "; ".join(f"{d['field']}: {d['protocol']} -> {d['used']}" for d in deviations) or "none",
+                (card.get("commit") or "unknown")[:10] + (" (dirty)" if card.get("dirty") else ""),
+            ]
+        )
     header = ["task", "protocol", "metric", "score % [95% interval]", "n", "seeds", "deviations", "commit"]
     return markdown_table(header, rows)
 
@@ -233,32 +241,91 @@ def update_model_card(model_dir: str, cards_dir: str | None = None) -> str:
     return readme
 
 
-def card_from_evaluation(result: dict, *, model: str, task: str, settings, seed: int, runtime: dict, label: str,
-                         data: dict | None = None, script: str | None = None) -> dict:
-    """The card of an `evaluation.evaluate_model` result (training's held-out accuracy): the same schema, with the
-    protocol "training_heldout" (the task's own prompt and grading, the training sampler settings)."""
+def _heldout_records(result: dict) -> dict:
+    """{seed: [{"correct": bool}, ...]} of a held-out result: per-row grades (`evaluate_model`), or per-draw counts
+    (`evaluate_draws`: accuracy x n right of n, which must be whole numbers: 1 / 0 correctness rewards)."""
+    if "records" in result:
+        records = result["records"]
+        if result.get("full_score") is not None:
+            graded = [{"correct": bool(r["correct"])} for r in records if r.get("correct") is not None]
+        else:
+            rewards = [r["reward"] for r in records if r["reward"] is not None]
+            if any(reward not in (0.0, 1.0) for reward in rewards):
+                raise ValueError("a protocol card scores right / wrong answers; this reward is not 1 / 0.")
+            graded = [{"correct": reward == 1.0} for reward in rewards]
+        return {result.get("seed", 0): graded}
+    out = {}
+    for seed, accuracy in zip(result["seeds"], result["draws"]):
+        right = accuracy * result["n"]
+        if abs(right - round(right)) > 1e-6:
+            raise ValueError("a protocol card scores right / wrong answers; this draw's accuracy is not k / n.")
+        k = int(round(right))
+        out[seed] = [{"correct": True}] * k + [{"correct": False}] * (result["n"] - k)
+    return out
+
+
+def card_from_evaluation(
+    result: dict,
+    *,
+    model: str,
+    task: str,
+    settings,
+    runtime: dict,
+    label: str,
+    data: dict | None = None,
+    script: str | None = None,
+    argv: list | None = None,
+) -> dict:
+    """The card of training's held-out evaluation (an `evaluation.evaluate_model` or `evaluate_draws` result, with
+    "seed" set for the former): the same schema, protocol "training_heldout" (the task's own prompt and grading,
+    the training run's sampler settings); several draws are several seeds."""
     from .protocols import DataSpec, PromptSpec, Protocol
 
-    records = result["records"]
-    if result.get("full_score") is not None:
-        graded = [{"correct": bool(r.get("correct"))} for r in records if r.get("correct") is not None]
-    else:
-        graded = [{"correct": r["reward"] >= 1.0} for r in records if r["reward"] is not None]
+    records_by_seed = _heldout_records(result)
+    n = len(next(iter(records_by_seed.values())))
     protocol = Protocol(
         name="training_heldout",
         task=task,
-        source=f"stabledrl_trl.evaluation.evaluate_model ({label}), grading {result['grading']}: "
-        f"{result['grading_rule']}",
-        data=DataSpec(path=(data or {}).get("path", task), split=(data or {}).get("split", "test"),
-                      count=len(records)),
+        source=f"stabledrl_trl.evaluation ({label}), grading {result['grading']}: {result['grading_rule']}",
+        data=DataSpec(path=(data or {}).get("path") or task, split=(data or {}).get("split") or "test", count=n),
         prompt=PromptSpec(question_template="{prompt}", chat_template=True, add_special_tokens=False),
         sampler=settings.to_dict() if hasattr(settings, "to_dict") else dict(settings),
         grader=result["grading"],
         metric="accuracy",
         decode="completion",
-        seeds=(seed,),
-        batch_size=int(runtime.get("batch_size", 0) or 0),
-        num_processes=int(runtime.get("num_processes", 1) or 1),
+        seeds=tuple(records_by_seed),
+        batch_size=int(runtime.get("batch_size") or 0),
+        num_processes=int(runtime.get("num_processes") or 1),
         dtype=str(runtime.get("dtype", "float32")),
     )
-    return build_card(protocol, {seed: graded}, model=model, runtime=runtime, data=data, script=script)
+    card = build_card(protocol, records_by_seed, model=model, runtime=runtime, data=data, script=script, argv=argv)
+    card["label"] = label
+    if result.get("greedy") is not None:
+        card["score"]["greedy"] = result["greedy"]
+    return card
+
+
+def write_heldout_cards(
+    output_dir: str, results: dict, *, task: str, settings, seed: int, runtime: dict, data: dict | None = None
+) -> list[str]:
+    """Training's held-out accuracy as protocol cards: `output_dir/eval_cards/training_heldout-<task>-<label>.json`
+    per result ({"before": ..., "after": ...}), then the results section of `output_dir/README.md` (the model card)
+    rendered from them. Returns the card paths."""
+    paths = []
+    for label, result in results.items():
+        result = dict(result)
+        result.setdefault("seed", seed)
+        card = card_from_evaluation(
+            result,
+            model=output_dir,
+            task=task,
+            settings=settings,
+            runtime=runtime,
+            label=f"{label} RL",
+            data=data,
+            script="scripts/train.py",
+        )
+        paths.append(write_card(os.path.join(output_dir, "eval_cards", f"training_heldout-{task}-{label}.json"), card))
+    if paths:
+        update_model_card(output_dir)
+    return paths

@@ -32,7 +32,8 @@ def refuse_protocol_only_flags(args) -> None:
         given.append("update_model_card")
     if given:
         raise ValueError(
-            f"{', '.join('--' + f for f in given)} apply only with --protocol; add --protocol stabledrl|d1|spg or drop "
+            f"{', '.join('--' + f for f in given)} apply only with --protocol; add --protocol stabledrl|d1|spg or "
+            "drop "
             "them."
         )
 
@@ -112,7 +113,14 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
     for seed in protocol.seeds:
         path = results_file if len(protocol.seeds) == 1 else f"{os.path.splitext(results_file)[0]}.seed{seed}.jsonl"
         run = run_protocol(
-            model, tokenizer, protocol, rows, seed=seed, results_file=path, rank=rank, world_size=world,
+            model,
+            tokenizer,
+            protocol,
+            rows,
+            seed=seed,
+            results_file=path,
+            rank=rank,
+            world_size=world,
             progress=args.progress,
         )
         seconds += run["seconds"]
@@ -131,8 +139,14 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
         "problems_per_second": (len(rows) / seconds) if seconds > 0 else None,
     }
     card = build_card(
-        protocol, records_by_seed, model=args.model_name_or_path, runtime=runtime, data=data["record"],
-        deviations=data["deviations"], script="scripts/evaluate.py", argv=argv,
+        protocol,
+        records_by_seed,
+        model=args.model_name_or_path,
+        runtime=runtime,
+        data=data["record"],
+        deviations=data["deviations"],
+        script="scripts/evaluate.py",
+        argv=argv,
     )
     card["results_files"] = files
     write_card(card_file, card)

@@ -244,8 +244,12 @@ def run_protocol(
         module.eval()
     start = time.perf_counter()
     bar = tqdm(
-        total=len(mine), initial=len(mine) - len(todo), desc=f"{protocol.name}/{protocol.task}", unit="problem",
-        disable=not progress or rank != 0, dynamic_ncols=True,
+        total=len(mine),
+        initial=len(mine) - len(todo),
+        desc=f"{protocol.name}/{protocol.task}",
+        unit="problem",
+        disable=not progress or rank != 0,
+        dynamic_ncols=True,
     )
     new = {}
     try:
@@ -256,8 +260,12 @@ def run_protocol(
             prompt_ids, prompt_mask = left_pad(ids, adapter.pad_token_id)  # (B, P), (B, P)
             generator = torch.Generator(device=device).manual_seed(seed * 1_000_003 + batch[0])
             out = family.generate(
-                adapter, prompt_ids.to(device), prompt_mask.to(device), settings,
-                eos_token_ids=adapter.eos_token_ids, generator=generator,
+                adapter,
+                prompt_ids.to(device),
+                prompt_mask.to(device),
+                settings,
+                eos_token_ids=adapter.eos_token_ids,
+                generator=generator,
             )
             canvases = out.completion_ids.cpu().tolist()  # (B, C): the whole canvas (reward_text "canvas")
             records = []

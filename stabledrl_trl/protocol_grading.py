@@ -186,7 +186,7 @@ class _NormalizeError(Exception):
 
 
 def _fix_fracs(text: str) -> str:
-    """"\\frac12" -> "\\frac{1}{2}", "\\frac1{2}" -> "\\frac{1}{2}"; a "\\frac" with fewer than 2 characters after it
+    """ "\\frac12" -> "\\frac{1}{2}", "\\frac1{2}" -> "\\frac{1}{2}"; a "\\frac" with fewer than 2 characters after it
     (not "{") leaves the whole text unchanged; one with nothing after it raises."""
     head, *parts = text.split("\\frac")
     out = [head]
@@ -205,7 +205,7 @@ def _fix_fracs(text: str) -> str:
 
 
 def _fix_sqrt(text: str) -> str:
-    """"\\sqrt3" -> "\\sqrt{3}"; a "\\sqrt" at the end raises."""
+    """ "\\sqrt3" -> "\\sqrt{3}"; a "\\sqrt" at the end raises."""
     if "\\sqrt" not in text:
         return text
     head, *parts = text.split("\\sqrt")
@@ -218,7 +218,7 @@ def _fix_sqrt(text: str) -> str:
 
 
 def _fix_slash(text: str) -> str:
-    """"a/b" of two Python ints written canonically -> "\\frac{a}{b}"; a side that is no int raises."""
+    """ "a/b" of two Python ints written canonically -> "\\frac{a}{b}"; a side that is no int raises."""
     pieces = text.split("/")
     if len(pieces) != 2:
         return text
@@ -332,7 +332,7 @@ _SUDOKU_PATTERNS = (
 
 
 def d1_sudoku_solution(text: str) -> str:
-    """The solution string d1 reads: the first pattern capturing non-blank text, all whitespace removed ("" if none)."""
+    """The solution string d1 reads: the first pattern capturing non-blank text, whitespace removed ("" if none)."""
     for pattern in _SUDOKU_PATTERNS:
         match = re.search(pattern, text, re.DOTALL)
         if match is not None and match.group(1).strip():

@@ -312,7 +312,8 @@ def _d1(task: str, gen_length: int | None, *, spg: bool = False) -> Protocol:
     length = 256 if gen_length is None else gen_length
     if length not in D1_LENGTHS:
         raise ValueError(
-            f"gen_length={gen_length!r}: {name} reports lengths {', '.join(map(str, D1_LENGTHS))}; choose one (override "
+            f"gen_length={gen_length!r}: {name} reports lengths {', '.join(map(str, D1_LENGTHS))}; choose one "
+            "(override "
             "max_completion_length to deviate, recorded on the card)."
         )
     base = SPG_SOURCE if spg else D1_SOURCE
@@ -330,7 +331,8 @@ def _d1(task: str, gen_length: int | None, *, spg: bool = False) -> Protocol:
     }
     if task not in instructions:
         raise ValueError(
-            f"protocol {name!r} has no {task!r} evaluation: {name}'s eval/ covers gsm8k, math500, countdown and sudoku "
+            f"protocol {name!r} has no {task!r} evaluation: {name}'s eval/ covers gsm8k, math500, countdown and "
+            "sudoku "
             "only. Use --protocol stabledrl for humaneval / mbpp."
         )
     few_shot = ""
@@ -339,33 +341,50 @@ def _d1(task: str, gen_length: int | None, *, spg: bool = False) -> Protocol:
         question, grader, metric = "{question}", "spg_gsm8k" if spg else "d1_gsm8k", "accuracy"
         notes.append("eval.py loads the hub id 'gsm8k' (config main), today an alias of openai/gsm8k")
         if spg:
-            notes.append("SPG reads one more GSM8K answer: the text after the last <answer> when the first two rules fail")
+            notes.append(
+                "SPG reads one more GSM8K answer: the text after the last <answer> when the first two rules fail"
+            )
     elif task == "math500":
         data = DataSpec("HuggingFaceH4/MATH-500", "test")
         question, grader, metric = "{problem}", "d1_math", "accuracy"
         notes.append("the instructions end with a stray '\" ' and a newline, as in math500.py")
     elif task == "countdown":
         data = DataSpec(
-            "countdown_cd3_test.jsonl", "test", count=256, selection="numpy_choice_42",
-            file_sha256=D1_COUNTDOWN_SHA256, source_file=f"{base} dataset/countdown_cd3_test.jsonl",
+            "countdown_cd3_test.jsonl",
+            "test",
+            count=256,
+            selection="numpy_choice_42",
+            file_sha256=D1_COUNTDOWN_SHA256,
+            source_file=f"{base} dataset/countdown_cd3_test.jsonl",
         )
         question, grader, metric = "Numbers: {numbers}\nTarget: {target}", "d1_countdown", "accuracy"
         notes.append(
-            "d1 evaluates Countdown with eval(); here the value is computed without evaluating the answer as code, and "
+            "d1 evaluates Countdown with eval(); here the value is computed without evaluating the answer as code, "
+            "and "
             "an answer whose evaluation would not finish (a huge power) is wrong"
         )
     else:  # sudoku
         if spg:
             data = DataSpec(
-                "test_sudoku_split_new.csv", "test", count=256, selection="numpy_choice_42",
-                file_sha256=SPG_SUDOKU_SHA256, source_file=f"{base} dataset/test_sudoku_split_new.csv",
+                "test_sudoku_split_new.csv",
+                "test",
+                count=256,
+                selection="numpy_choice_42",
+                file_sha256=SPG_SUDOKU_SHA256,
+                source_file=f"{base} dataset/test_sudoku_split_new.csv",
             )
             few_shot = "\n\n".join(SPG_SUDOKU_SHOTS)
-            notes.append("SPG's Sudoku: its own test split, three-shot (eval/eval_*/sbatch_sudoku_*.sh pass --few_shot 3)")
+            notes.append(
+                "SPG's Sudoku: its own test split, three-shot (eval/eval_*/sbatch_sudoku_*.sh pass --few_shot 3)"
+            )
         else:
             data = DataSpec(
-                "4x4_test_sudoku.csv", "test", count=256, selection="numpy_choice_42",
-                file_sha256=D1_SUDOKU_SHA256, source_file=f"{base} dataset/4x4_test_sudoku.csv",
+                "4x4_test_sudoku.csv",
+                "test",
+                count=256,
+                selection="numpy_choice_42",
+                file_sha256=D1_SUDOKU_SHA256,
+                source_file=f"{base} dataset/4x4_test_sudoku.csv",
             )
         question, grader, metric = "Solve the following Sudoku puzzle: {puzzle}\n", "d1_sudoku", "cell_accuracy"
         notes.append("the Sudoku score is d1's cell accuracy: right empty cells over all empty cells")

@@ -183,8 +183,14 @@ def ref_math_correct(raw, gold):
     return parsed is not None and ref_is_equiv(parsed, gold)
 
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
 
@@ -260,9 +266,37 @@ def ref_sudoku(raw, puzzle, truth):
 # ----------------------------------------------------------------------------------------------------------------
 # seeded completions: fragments glued at random, with malformed and hostile pieces
 
-NOISE = ["", " ", "\n", "<|eot_id|>", "<|endoftext|>", "<reasoning>", "</reasoning>", "<answer>", "</answer>",
-         "$", "{", "}", BS + "boxed{", BS + "boxed ", BS + "fbox{", "...", "The answer is ", "=", "####", "٣",
-         "\u00a0", "\t", "```", "x" * 300, "9" * 800, "{" * 50, "}" * 50, "\\\\", "\\!"]
+NOISE = [
+    "",
+    " ",
+    "\n",
+    "<|eot_id|>",
+    "<|endoftext|>",
+    "<reasoning>",
+    "</reasoning>",
+    "<answer>",
+    "</answer>",
+    "$",
+    "{",
+    "}",
+    BS + "boxed{",
+    BS + "boxed ",
+    BS + "fbox{",
+    "...",
+    "The answer is ",
+    "=",
+    "####",
+    "٣",
+    "\u00a0",
+    "\t",
+    "```",
+    "x" * 300,
+    "9" * 800,
+    "{" * 50,
+    "}" * 50,
+    "\\\\",
+    "\\!",
+]
 
 
 SHORT_NOISE = [piece for piece in NOISE if len(piece) < 100] + ["9" * 120]  # d1's Sudoku patterns are quadratic
@@ -275,13 +309,43 @@ def _glue(rng, pieces, count):
 def gsm8k_cases(rng):
     for _ in range(N):
         gold_value = rng.choice([72, 0, 5, 1234, 18.5, -3, 1e3, 100000])
-        gold = rng.choice([f"so\n#### {gold_value}", f"#### ${gold_value:,}" if isinstance(gold_value, int) and
-                           gold_value >= 0 else f"#### {gold_value}", "no final marker", "#### ,"])
-        numbers = [str(gold_value)] * 12 + ["72", "72.0", "1,234", "-3", "inf", "nan", "1e3", "1_000", " 5 ", "18.50",
-                   "٣", "3/4", "$72", "72 apples", ""]
-        pieces = NOISE + [BS + "boxed{" + rng.choice(numbers) + "}" for _ in range(20)] + [
-            "<answer>" + rng.choice(numbers) + "</answer>", "<answer> it is " + rng.choice(numbers) + " </answer>",
-            rng.choice(numbers), BS + "boxed{...}", BS + "boxed{}", BS + "boxed{..}"]
+        gold = rng.choice(
+            [
+                f"so\n#### {gold_value}",
+                f"#### ${gold_value:,}" if isinstance(gold_value, int) and gold_value >= 0 else f"#### {gold_value}",
+                "no final marker",
+                "#### ,",
+            ]
+        )
+        numbers = [str(gold_value)] * 12 + [
+            "72",
+            "72.0",
+            "1,234",
+            "-3",
+            "inf",
+            "nan",
+            "1e3",
+            "1_000",
+            " 5 ",
+            "18.50",
+            "٣",
+            "3/4",
+            "$72",
+            "72 apples",
+            "",
+        ]
+        pieces = (
+            NOISE
+            + [BS + "boxed{" + rng.choice(numbers) + "}" for _ in range(20)]
+            + [
+                "<answer>" + rng.choice(numbers) + "</answer>",
+                "<answer> it is " + rng.choice(numbers) + " </answer>",
+                rng.choice(numbers),
+                BS + "boxed{...}",
+                BS + "boxed{}",
+                BS + "boxed{..}",
+            ]
+        )
         yield _glue(rng, pieces, rng.randint(0, 8)), gold
 
 
@@ -302,19 +366,60 @@ def test_gsm8k_parity_d1_and_spg():
     assert 50 < right[False] < N - 50 and right[True] > right[False]
 
 
-MATH_ANSWERS = ["\\frac{1}{2}", "0.5", "1/2", "\\dfrac12", "\\tfrac{1}{2}", "\\sqrt3", "\\sqrt{3}", "x = 5", "5",
-                "5\\text{ cm}", "5\\text{ cm}\\text{ m}", "50\\%", "90^\\circ", "90", "\\left( 1, 2 \\right)", "(1,2)",
-                ".5", "\\frac", "\\sqrt", "3/4", "1_0/2", "a/b", "\\frac1", "\\$5", "{.5}", " 12 ", "\\!3", "\\\\frac12",
-                "\n7", "k=7", "abc=7", "٣/4", ""]
+MATH_ANSWERS = [
+    "\\frac{1}{2}",
+    "0.5",
+    "1/2",
+    "\\dfrac12",
+    "\\tfrac{1}{2}",
+    "\\sqrt3",
+    "\\sqrt{3}",
+    "x = 5",
+    "5",
+    "5\\text{ cm}",
+    "5\\text{ cm}\\text{ m}",
+    "50\\%",
+    "90^\\circ",
+    "90",
+    "\\left( 1, 2 \\right)",
+    "(1,2)",
+    ".5",
+    "\\frac",
+    "\\sqrt",
+    "3/4",
+    "1_0/2",
+    "a/b",
+    "\\frac1",
+    "\\$5",
+    "{.5}",
+    " 12 ",
+    "\\!3",
+    "\\\\frac12",
+    "\n7",
+    "k=7",
+    "abc=7",
+    "٣/4",
+    "",
+]
 
 
 def math_cases(rng):
     for _ in range(N):
         gold = rng.choice(MATH_ANSWERS[:16])
         answer = gold if rng.random() < 0.5 else rng.choice(MATH_ANSWERS)
-        pieces = NOISE + [BS + "boxed{" + answer + "}"] * 10 + [ BS + "boxed " + answer + "$", BS + "fbox{" + answer + "}",
-                          BS + "boxed{" + answer, "<answer>" + answer + "</answer>", answer,
-                          BS + "boxed{" + BS + "frac{1}{2}}", "}" + BS + "boxed{" + answer + "}"]
+        pieces = (
+            NOISE
+            + [BS + "boxed{" + answer + "}"] * 10
+            + [
+                BS + "boxed " + answer + "$",
+                BS + "fbox{" + answer + "}",
+                BS + "boxed{" + answer,
+                "<answer>" + answer + "</answer>",
+                answer,
+                BS + "boxed{" + BS + "frac{1}{2}}",
+                "}" + BS + "boxed{" + answer + "}",
+            ]
+        )
         yield _glue(rng, pieces, rng.randint(0, 6)), gold
 
 
@@ -337,16 +442,39 @@ def countdown_cases(rng):
         numbers = [rng.randint(1, 99) for _ in range(3)]
         a, b, c = numbers
         target = rng.choice([a + b - c, a * b - c, a + b + c, (a + b) * c, 24])
-        expressions = [f"{a} + {b} - {c}", f"{a} * {b} - {c}", f"{a}+{b}+{c}", f"({a} + {b}) * {c}",
-                       f"{a} {BS}times {b} - {c}", f"({a} + {b}) {BS}cdot {c}", f"{a} {BS}div {b} + {c}",
-                       f"{a} + {b}", f"{a} + {b} + {c} + 1", f"{a} + {b} - {c} = {target}", f"0{a} + {b} - {c}",
-                       f"{a}**2 + {b} - {c}", f"{a}**{b}**{c}**99 + 0", "9**9**9**9", f"({a})({b}){c}",
-                       f"{a} / 0 + {b} + {c}", f"({a} - {b}) ** 0.5 + {c}", f"{a} // {b} + {c}", f"{a}.0 + {b} - {c}",
-                       f"__import__('os') + {a}", f"{a} + {b}\n- {c}", f"({a} + {b}\n- {c})", f"{a}\u00a0+ {b} - {c}",
-                       f"{a} % {b} + {c}", "((" * 30 + f"{a}" + "))" * 30 + f" + {b} - {c}"]
+        expressions = [
+            f"{a} + {b} - {c}",
+            f"{a} * {b} - {c}",
+            f"{a}+{b}+{c}",
+            f"({a} + {b}) * {c}",
+            f"{a} {BS}times {b} - {c}",
+            f"({a} + {b}) {BS}cdot {c}",
+            f"{a} {BS}div {b} + {c}",
+            f"{a} + {b}",
+            f"{a} + {b} + {c} + 1",
+            f"{a} + {b} - {c} = {target}",
+            f"0{a} + {b} - {c}",
+            f"{a}**2 + {b} - {c}",
+            f"{a}**{b}**{c}**99 + 0",
+            "9**9**9**9",
+            f"({a})({b}){c}",
+            f"{a} / 0 + {b} + {c}",
+            f"({a} - {b}) ** 0.5 + {c}",
+            f"{a} // {b} + {c}",
+            f"{a}.0 + {b} - {c}",
+            f"__import__('os') + {a}",
+            f"{a} + {b}\n- {c}",
+            f"({a} + {b}\n- {c})",
+            f"{a}\u00a0+ {b} - {c}",
+            f"{a} % {b} + {c}",
+            "((" * 30 + f"{a}" + "))" * 30 + f" + {b} - {c}",
+        ]
         expression = rng.choice(expressions[:4]) if rng.random() < 0.5 else rng.choice(expressions)
-        pieces = NOISE + [BS + "boxed{" + expression + "}"] * 10 + [ "<answer>" + expression + "</answer>", expression,
-                          BS + "boxed{" + expression, f"= {target}"]
+        pieces = (
+            NOISE
+            + [BS + "boxed{" + expression + "}"] * 10
+            + ["<answer>" + expression + "</answer>", expression, BS + "boxed{" + expression, f"= {target}"]
+        )
         yield _glue(rng, pieces, rng.randint(1, 3)), numbers, target
 
 
@@ -365,11 +493,27 @@ def sudoku_cases(rng):
         truth = "".join(rng.choice("1234") for _ in range(16))
         puzzle = "".join(ch if rng.random() < 0.5 else "0" for ch in truth)
         guess = "".join(ch if rng.random() < 0.8 else rng.choice("1234") for ch in truth)
-        answers = [guess, guess[:10], guess + "1234", " ".join(guess), f"```\n{guess}\n```", "", "abc", truth,
-                   guess[:8] + "\n" + guess[8:], "12345678901234567"]
+        answers = [
+            guess,
+            guess[:10],
+            guess + "1234",
+            " ".join(guess),
+            f"```\n{guess}\n```",
+            "",
+            "abc",
+            truth,
+            guess[:8] + "\n" + guess[8:],
+            "12345678901234567",
+        ]
         answer = rng.choice(answers)
-        pieces = SHORT_NOISE + ["<answer>\n" + answer + "\n</answer>", "<answer>" + answer, "</answer> " + answer,
-                          answer, answer + "<|eot_id|>", " " + guess + " "]
+        pieces = SHORT_NOISE + [
+            "<answer>\n" + answer + "\n</answer>",
+            "<answer>" + answer,
+            "</answer> " + answer,
+            answer,
+            answer + "<|eot_id|>",
+            " " + guess + " ",
+        ]
         yield _glue(rng, pieces, rng.randint(0, 5)), puzzle, truth
 
 

@@ -112,12 +112,16 @@ def test_rendered_prompts_character_for_character(tokenizer):
     countdown = render_prompt(get_protocol("d1", "countdown"), {"input": "30,100,93", "output": "23"}, tokenizer)
     assert countdown.endswith("</answer>\n\nNumbers: [30, 100, 93]\nTarget: 23<|eot_id|><|assistant|><reasoning>")
     sudoku = render_prompt(get_protocol("d1", "sudoku"), {"Puzzle": "0034001221004301"}, tokenizer)
-    assert sudoku.endswith("</answer>\n\n\nSolve the following Sudoku puzzle: 0034001221004301\n<|eot_id|>"
-                           "<|assistant|><reasoning>")
+    assert sudoku.endswith(
+        "</answer>\n\n\nSolve the following Sudoku puzzle: 0034001221004301\n<|eot_id|><|assistant|><reasoning>"
+    )
     # SPG's three-shot Sudoku: "{shots}\n\nQuestion: {question}\nAnswer:\n" after the instructions
     spg_protocol = get_protocol("spg", "sudoku")
-    message = spg_protocol.prompt.instructions + "\n\n" + "\n\n".join(SPG_SUDOKU_SHOTS) + (
-        "\n\nQuestion: Solve the following Sudoku puzzle: 0034001221004301\n\nAnswer:\n"
+    message = (
+        spg_protocol.prompt.instructions
+        + "\n\n"
+        + "\n\n".join(SPG_SUDOKU_SHOTS)
+        + ("\n\nQuestion: Solve the following Sudoku puzzle: 0034001221004301\n\nAnswer:\n")
     )
     spg = render_prompt(spg_protocol, {"Puzzle": "0034001221004301"}, _PlainChat())
     assert spg == "[user]" + message + "[/user]<reasoning>"
@@ -145,13 +149,20 @@ def test_prompt_hash_changes_with_the_template():
 
 def test_preset_settings():
     s = get_protocol("stabledrl", "gsm8k")
-    assert (s.sampler["max_completion_length"], s.sampler["diffusion_steps"], s.sampler["block_length"]) == (256, 256, 8)
+    assert (s.sampler["max_completion_length"], s.sampler["diffusion_steps"], s.sampler["block_length"]) == (
+        256,
+        256,
+        8,
+    )
     assert s.sampler["temperature"] == 0.0 and s.seeds == (112,) and (s.batch_size, s.num_processes) == (8, 8)
     assert s.decode == "prompt_and_canvas" and not s.samples
     for length, batch in ((128, 8), (256, 8), (512, 4)):
         d = get_protocol("d1", "math500", gen_length=length)
         assert (d.sampler["max_completion_length"], d.sampler["diffusion_steps"], d.sampler["block_length"]) == (
-            length, length // 2, 32)
+            length,
+            length // 2,
+            32,
+        )
         assert d.batch_size == batch and d.decode == "canvas_with_special_tokens" and d.deviations == ()
     assert get_protocol("d1", "sudoku").metric == "cell_accuracy"
     assert get_protocol("spg", "sudoku").data.path == "test_sudoku_split_new.csv"
@@ -235,8 +246,9 @@ def test_data_parallel_equals_one_process_and_resume(tiny_llada, tokenizer, tmp_
     assert one["new_rows"] == 7 and [r["index"] for r in one["records"]] == list(range(7))
     shards = str(tmp_path / "dp.jsonl")
     for rank in (0, 1):
-        run_protocol(tiny_llada, tokenizer, protocol, rows, results_file=shards, rank=rank, world_size=2,
-                     progress=False)
+        run_protocol(
+            tiny_llada, tokenizer, protocol, rows, results_file=shards, rank=rank, world_size=2, progress=False
+        )
     merged = collect_records(shards, protocol, 112, len(rows), world_size=2)
     assert merged == one["records"]  # texts, grades and order identical to one process
     # the graded text is the prompt and the canvas decoded together, without special tokens
@@ -245,8 +257,9 @@ def test_data_parallel_equals_one_process_and_resume(tiny_llada, tokenizer, tmp_
     # an interrupted run: two finished rows and half a line; the rerun decodes only the other five
     lines = (tmp_path / "one.jsonl").read_text().split("\n")
     (tmp_path / "one.jsonl").write_text("\n".join(lines[:3]) + '\n{"index": 5, "se')
-    again = run_protocol(tiny_llada, tokenizer, protocol, rows, results_file=str(tmp_path / "one.jsonl"),
-                         progress=False)
+    again = run_protocol(
+        tiny_llada, tokenizer, protocol, rows, results_file=str(tmp_path / "one.jsonl"), progress=False
+    )
     assert (again["resumed_rows"], again["new_rows"]) == (2, 5) and again["records"] == one["records"]
     with pytest.raises(ValueError, match="written by another protocol or seed"):
         read_results(str(tmp_path / "one.jsonl"), "another-key")
@@ -266,8 +279,10 @@ def test_card_scores_and_intervals():
     low, high = ratio_interval([3, 3, 4, 2, 3], [4, 4, 4, 4, 4])
     assert (low + high) / 2 == pytest.approx(0.75) and (high - low) / 2 == pytest.approx(z * math.sqrt(0.1) / 4)
     # several seeds: mean, spread and a t interval over seeds
-    block = score_block("accuracy", {1: [{"correct": True}] * 3 + [{"correct": False}],
-                                     2: [{"correct": True}] * 2 + [{"correct": False}] * 2})
+    block = score_block(
+        "accuracy",
+        {1: [{"correct": True}] * 3 + [{"correct": False}], 2: [{"correct": True}] * 2 + [{"correct": False}] * 2},
+    )
     assert block["value"] == pytest.approx(0.625) and block["std_over_seeds"] == pytest.approx(math.sqrt(0.03125))
     assert set(block["per_seed"]) == {"1", "2"} and block["per_seed"]["1"]["value"] == 0.75
 
@@ -307,15 +322,37 @@ def test_evaluate_script_writes_the_card(tiny_llada, tokenizer, tmp_path, load_s
     data = tmp_path / "gsm.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _gsm_rows(5)))
     evaluate = load_script("evaluate")
-    argv = ["--model_name_or_path", str(model_dir), "--protocol", "stabledrl", "--task", "gsm8k",
-            "--dataset_path", str(data), "--gen_length", "8", "--steps", "4", "--block_length", "8", "--limit", "3",
-            "--dtype", "float32", "--device", "cpu", "--no_progress", "--update_model_card"]
+    argv = [
+        "--model_name_or_path",
+        str(model_dir),
+        "--protocol",
+        "stabledrl",
+        "--task",
+        "gsm8k",
+        "--dataset_path",
+        str(data),
+        "--gen_length",
+        "8",
+        "--steps",
+        "4",
+        "--block_length",
+        "8",
+        "--limit",
+        "3",
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "--no_progress",
+        "--update_model_card",
+    ]
     out = evaluate.main(argv=argv)
     card = json.loads((model_dir / "eval_cards" / "stabledrl-gsm8k-8.json").read_text())
     assert card == json.loads(json.dumps(out["card"]))
     assert card["score"]["n"] == 3 and card["data"]["count"] == 3 and card["data"]["source_rows"] == 5
     assert {"data.source", "data.count", "sampler.max_completion_length", "dtype"} <= {
-        d["field"] for d in card["deviations"]}
+        d["field"] for d in card["deviations"]
+    }
     assert card["protocol"]["seeds"] == [112] and card["runtime"]["num_processes"] == 1
     assert "stabledrl (length 8)" in (model_dir / "README.md").read_text()
     records = (model_dir / "eval_cards" / "stabledrl-gsm8k-8.records.jsonl").read_text().strip().split("\n")
@@ -324,3 +361,54 @@ def test_evaluate_script_writes_the_card(tiny_llada, tokenizer, tmp_path, load_s
         evaluate.main(argv=argv + ["--prompt_style", "official"])
     with pytest.raises(ValueError, match="--limit apply only with --protocol"):
         evaluate.main(argv=["--model_name_or_path", str(model_dir), "--task", "gsm8k", "--limit", "3"])
+
+
+def test_training_heldout_evaluation_writes_the_same_card(tmp_path, load_script, tiny_llada, tiny_tokenizer):
+    from stabledrl_trl import StableDRLConfig
+    from stabledrl_trl.protocol_card import write_heldout_cards
+    from stabledrl_trl.tasks import get_task, load_task_dataset
+
+    train = load_script("train")
+    args = StableDRLConfig(
+        output_dir=str(tmp_path), use_cpu=True, max_completion_length=8, block_length=4, diffusion_steps=4,
+        per_device_train_batch_size=4, num_generations=4, temperature=1.0, seed=5,
+    )  # fmt: skip
+    rows = load_task_dataset("digit_sort", "test", num_samples=4)
+    task = get_task("digit_sort")
+    one = train._evaluate(
+        tiny_llada,
+        tiny_tokenizer,
+        rows,
+        task,
+        args,
+        train.TrainScriptArguments(task="digit_sort", eval_batch_size=4),
+        "before RL",
+    )
+    draws = train._evaluate(
+        tiny_llada,
+        tiny_tokenizer,
+        rows,
+        task,
+        args,
+        train.TrainScriptArguments(task="digit_sort", eval_draws=2, eval_batch_size=4),
+        "after RL",
+    )
+    (tmp_path / "README.md").write_text("# model card\n")
+    runtime = {"dtype": "float32", "device": "cpu", "num_processes": 1, "batch_size": 4}
+    paths = write_heldout_cards(
+        str(tmp_path),
+        {"before": one, "after": draws},
+        task="digit_sort",
+        seed=5,
+        settings=train.eval_sampler_settings(args, train.TrainScriptArguments()),
+        runtime=runtime,
+    )
+    before, after = read_cards(paths)
+    assert before["schema"] == after["schema"] and before["protocol_name"] == "training_heldout"
+    assert before["score"]["value"] == one["accuracy"] and before["score"]["n"] == 4
+    assert before["score"]["seeds"] == ["5"]
+    assert after["score"]["seeds"] == ["5", "6"] and after["score"]["value"] == pytest.approx(draws["mean"])
+    assert [after["score"]["per_seed"][s]["value"] for s in ("5", "6")] == draws["draws"]
+    assert after["protocol"]["sampler"]["max_completion_length"] == 8
+    text = (tmp_path / "README.md").read_text()
+    assert text.startswith("# model card") and text.count("| digit_sort | training_heldout") == 2
