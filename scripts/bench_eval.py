@@ -127,11 +127,12 @@ def main(argv=None) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
+    provenance = results.provenance(__file__, argv)  # the tree as it was when the measurement started
     data = {
         "rows": measure(args.rows, args.length, args.batch_sizes),
         "device": "cpu",
         "threads": args.threads,
-        "provenance": results.provenance(__file__, argv),
+        "provenance": provenance,
     }
     print(render(data))
     if args.write_readme:
