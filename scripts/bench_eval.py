@@ -80,7 +80,7 @@ def measure(rows: int, length: int, batch_sizes: list[int]) -> list[dict]:
         return original(*args, **kwargs)
 
     model.forward = counting
-    warm = get_protocol("stabledrl", "gsm8k", overrides={"max_completion_length": 32, "block_length": 32})
+    warm = get_protocol("stabledrl", "gsm8k", overrides={"max_completion_length": 32, "diffusion_steps": 32, "block_length": 32})
     run_protocol(model, tokenizer, warm, data[:2], progress=False)  # first-call costs out of the first row
     out = []
     for name, (fraction, block, extra) in SETTINGS.items():
