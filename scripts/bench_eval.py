@@ -80,7 +80,8 @@ def measure(rows: int, length: int, batch_sizes: list[int]) -> list[dict]:
         return original(*args, **kwargs)
 
     model.forward = counting
-    warm = get_protocol("stabledrl", "gsm8k", overrides={"max_completion_length": 32, "diffusion_steps": 32, "block_length": 32})
+    warm_sampler = {"max_completion_length": 32, "diffusion_steps": 32, "block_length": 32}
+    warm = get_protocol("stabledrl", "gsm8k", overrides=warm_sampler)
     run_protocol(model, tokenizer, warm, data[:2], progress=False)  # first-call costs out of the first row
     out = []
     for name, (fraction, block, extra) in SETTINGS.items():
@@ -116,11 +117,17 @@ def render(data: dict) -> str:
     return head + table + "\n" + results.provenance_line(data)
 
 
+def readme_blocks(docs_dir: str) -> dict[str, str]:
+    """{block: rendering} of the committed JSON in `docs_dir` ({} when absent): the table of docs/evaluation.md."""
+    path = os.path.join(docs_dir, JSON_NAME)
+    return {BLOCK: render(results.read_json(path))} if os.path.exists(path) else {}
+
+
 def main(argv=None) -> dict:
     args = make_parser().parse_args(argv)
     path = os.path.join(args.docs_dir, JSON_NAME)
     if args.readme_only:
-        results.write_readme_blocks({BLOCK: render(results.read_json(path))}, args.readme)
+        results.rewrite_readme_only(readme_blocks(args.docs_dir), args.docs_dir, JSON_NAME, args.readme)
         return results.read_json(path)
     if args.write_readme:
         results.check_readme_blocks([BLOCK], args.readme)
