@@ -25,4 +25,6 @@ def test_small_run_writes_json_and_table(tmp_path, load_script):
 def test_committed_table_equals_its_json(load_script):
     bench = load_script("bench_eval")
     block = bench.readme_blocks(str(ROOT / "docs"))["bench_eval"]
-    assert f"<!-- bench_eval:start -->\n{block}<!-- bench_eval:end -->" in (ROOT / "docs" / "evaluation.md").read_text()
+    assert (
+        f"<!-- bench_eval:start -->\n{block}<!-- bench_eval:end -->" in (ROOT / "docs" / "evaluation.md").read_text()
+    )
