@@ -85,7 +85,7 @@ class DiffusionLMEval(LM):
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             from accelerate import PartialState
 
-            self._state = PartialState()
+            self._state = PartialState(cpu=not torch.cuda.is_available())  # gloo on a CPU-only machine
             self._rank, self._world_size = self._state.process_index, self._state.num_processes
             device = str(self._state.device)
         if model is None:

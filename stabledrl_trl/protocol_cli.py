@@ -62,9 +62,15 @@ def _distributed():
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 1, None, lambda: None
+    import torch
     from accelerate import PartialState
 
-    state = PartialState()
+    state = PartialState(cpu=not torch.cuda.is_available())  # gloo on a CPU-only machine
+    if state.num_processes != world:
+        raise RuntimeError(
+            f"WORLD_SIZE={world} but accelerate runs {state.num_processes} process(es): each would evaluate every row "
+            "on its own; launch with accelerate launch or torchrun."
+        )
     return state.process_index, state.num_processes, str(state.device), state.wait_for_everyone
 
 

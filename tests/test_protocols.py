@@ -412,3 +412,36 @@ def test_training_heldout_evaluation_writes_the_same_card(tmp_path, load_script,
     assert after["protocol"]["sampler"]["max_completion_length"] == 8
     text = (tmp_path / "README.md").read_text()
     assert text.startswith("# model card") and text.count("| digit_sort | training_heldout") == 2
+
+
+@pytest.mark.slow
+def test_two_launched_processes_write_the_card_of_one(tiny_llada, tokenizer, tmp_path, clean_env, load_script):
+    """scripts/evaluate.py --protocol under torchrun with two gloo processes: each decodes every other row into its
+    shard, the main process merges them and writes a card whose records and score equal one process's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model_dir = tmp_path / "tiny"
+    tiny_llada.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    data = tmp_path / "gsm.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _gsm_rows(5)))
+    script = str(Path(__file__).resolve().parent.parent / "scripts" / "evaluate.py")
+    common = ["--model_name_or_path", str(model_dir), "--protocol", "stabledrl", "--task", "gsm8k",
+              "--dataset_path", str(data), "--gen_length", "8", "--steps", "4", "--block_length", "8",
+              "--batch_size", "2", "--dtype", "float32", "--no_progress"]  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script, *common,
+           "--card_file", str(tmp_path / "two.json")]  # fmt: skip
+    proc = subprocess.run(cmd, env=clean_env, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    two = json.loads((tmp_path / "two.json").read_text())
+    one = load_script("evaluate").main(argv=common + ["--device", "cpu", "--card_file", str(tmp_path / "one.json")])
+    one = json.loads(json.dumps(one["card"]))
+    assert two["runtime"]["num_processes"] == 2 and one["runtime"]["num_processes"] == 1
+    assert two["score"] == one["score"] and two["data"]["rows_sha256"] == one["data"]["rows_sha256"]
+    shards = [tmp_path / f"two.records.jsonl.rank{r}-of-2" for r in (0, 1)]
+    lines = [json.loads(line) for path in shards for line in path.read_text().strip().split("\n")[1:]]
+    ones = [json.loads(line) for line in (tmp_path / "one.records.jsonl").read_text().strip().split("\n")[1:]]
+    assert sorted(lines, key=lambda r: r["index"]) == ones and os.path.getsize(shards[1]) > 0
