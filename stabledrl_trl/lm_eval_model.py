@@ -22,8 +22,9 @@ the class registered (the plain `lm_eval` command does not import this package).
 - loglikelihood / loglikelihood_rolling (multiple-choice and perplexity tasks) are refused: a masked diffusion LM's
   sequence likelihood can only be estimated (an ELBO with random masks), and an estimate's noise would decide
   close multiple-choice comparisons; run generative tasks with this class.
-- data parallel: under `accelerate launch` each process takes its share of the requests (lm_eval splits them by
-  `rank` / `world_size`) and the class gathers with torch.distributed.
+- data parallel: under `accelerate launch` / torchrun each process takes its share of the requests (lm_eval splits
+  them by `rank` / `world_size`) and the class gathers with torch.distributed (gloo on a CPU-only machine); the
+  results equal one process's (tests/test_lm_eval_model.py).
 - all randomness comes from one torch.Generator per batch, seeded with (`seed`, the batch's position).
 """
 

@@ -133,3 +133,27 @@ def test_registered_with_lm_eval():
     from lm_eval.api.registry import get_model
 
     assert get_model("stabledrl") is DiffusionLMEval and get_model("stabledrl_diffusion") is DiffusionLMEval
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_results_of_one(tmp_path, clean_env):
+    """lm-eval under torchrun with two gloo processes: each decodes its share of the requests, lm-eval gathers them
+    through the class, and the responses and metric equal one process's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder, _ = _task_dir(tmp_path, TASK, "tiny_sum")
+    worker = str(Path(__file__).resolve().parent / "lm_eval_worker.py")
+    outs = {}
+    for processes in (1, 2):
+        out = tmp_path / f"out{processes}.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+               worker, "--tasks_dir", str(folder), "--out", str(out)]  # fmt: skip
+        proc = subprocess.run(cmd, env=clean_env, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        outs[processes] = json.loads(out.read_text())
+    assert (outs[1]["world_size"], outs[2]["world_size"]) == (1, 2)
+    assert outs[2]["responses"] == outs[1]["responses"] and len(outs[1]["responses"]) == 5
+    assert outs[2]["exact_match"] == outs[1]["exact_match"] and os.path.exists(tmp_path / "out2.json")
