@@ -130,6 +130,13 @@ class EvaluateOptions:
             "deviation instead."
         },
     )
+    draws: int | None = field(
+        default=None,
+        metadata={
+            "help": "With --protocol and sampling (--temperature > 0): score this many seeds (--seed or the "
+            "protocol's, then +1, +2, ...); None: 3 when sampling, 1 when greedy."
+        },
+    )
     limit: int | None = field(
         default=None, metadata={"help": "With --protocol: evaluate only the first N rows (a deviation on the card)."}
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 
 REFUSED_UNDER_PROTOCOL = ("prompt_style", "reward_style", "system_prompt", "training_config", "num_samples")
-PROTOCOL_ONLY = ("protocol_length", "limit", "results_file", "card_file")
+PROTOCOL_ONLY = ("protocol_length", "draws", "limit", "results_file", "card_file")
 
 
 def refuse_protocol_only_flags(args) -> None:
@@ -100,6 +100,7 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
     if args.limit is not None:
         overrides["count"] = args.limit
     protocol = get_protocol(args.protocol, args.task, gen_length=args.protocol_length, overrides=overrides)
+    protocol = _with_draws(protocol, args.draws)
     args.dtype = protocol.dtype
     args.batch_size = protocol.batch_size
     check_arguments(args)  # dtype, device, threads, data paths: before anything loads
@@ -115,7 +116,7 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
     if device is not None:
         args.device = device
     model, tokenizer, _ = load_model(args)
-    records_by_seed, seconds, files = {}, 0.0, []
+    records_by_seed, seconds, decoded, files = {}, 0.0, 0, []
     for seed in protocol.seeds:
         path = results_file if len(protocol.seeds) == 1 else f"{os.path.splitext(results_file)[0]}.seed{seed}.jsonl"
         run = run_protocol(
@@ -130,6 +131,7 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
             progress=args.progress,
         )
         seconds += run["seconds"]
+        decoded += run["new_rows"]
         files.append(path)
         wait()
         if rank == 0:
@@ -142,7 +144,8 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
         "num_processes": world,
         "batch_size": protocol.batch_size,
         "seconds_this_run": seconds,
-        "problems_per_second": (len(rows) / seconds) if seconds > 0 else None,
+        "problems_decoded_this_run": decoded,  # by this process (rank 0); rows read back from the results are not
+        "problems_per_second": (decoded / seconds) if seconds > 0 and decoded else None,
     }
     card = build_card(
         protocol,
@@ -159,7 +162,8 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
     score = card["score"]
     print(
         f"{protocol.name} {protocol.task}: {score['metric']} {score['value']:.4f} (95% interval "
-        f"{score['interval'][0]:.4f}-{score['interval'][1]:.4f}, n={score.get('n')}); card: {card_file}"
+        f"{score['interval'][0]:.4f}-{score['interval'][1]:.4f}, n={score.get('n', len(rows))}, seeds "
+        f"{', '.join(score['seeds'])}); card: {card_file}"
         + (f"; {len(card['deviations'])} deviation(s)" if card["deviations"] else ""),
         flush=True,
     )
@@ -168,6 +172,27 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
             raise ValueError("--update_model_card needs a local model folder (--model_name_or_path).")
         update_model_card(args.model_name_or_path, os.path.dirname(os.path.abspath(card_file)))
     return {"card": card, "card_file": card_file, "results_files": files}
+
+
+def _with_draws(protocol, draws):
+    """A sampling protocol scores `draws` seeds (default 3: first seed, +1, +2), recorded as the seeds; a greedy one
+    scores one (several seeds would give the same completions: refused)."""
+    from .protocols import apply_overrides
+
+    if draws is not None and (not isinstance(draws, int) or isinstance(draws, bool) or draws < 1):
+        raise ValueError(f"--draws={draws!r} must be a positive integer (seeds scored).")
+    if not protocol.samples:
+        if draws not in (None, 1):
+            raise ValueError(
+                f"--draws={draws}: protocol {protocol.name!r} decodes greedily (temperature 0), so every seed gives "
+                "the same completions; set --temperature > 0 to sample, or drop --draws."
+            )
+        return protocol
+    count = 3 if draws is None else draws
+    first = protocol.seeds[0]
+    if len(protocol.seeds) == count:
+        return protocol
+    return apply_overrides(protocol, {"seeds": [first + d for d in range(count)]})
 
 
 def _rows_with_limit(protocol, data_file, loader):

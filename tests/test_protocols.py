@@ -445,3 +445,30 @@ def test_two_launched_processes_write_the_card_of_one(tiny_llada, tokenizer, tmp
     lines = [json.loads(line) for path in shards for line in path.read_text().strip().split("\n")[1:]]
     ones = [json.loads(line) for line in (tmp_path / "one.records.jsonl").read_text().strip().split("\n")[1:]]
     assert sorted(lines, key=lambda r: r["index"]) == ones and os.path.getsize(shards[1]) > 0
+
+
+def test_sampling_override_scores_several_seeds(tiny_llada, tokenizer, tmp_path, load_script):
+    model_dir = tmp_path / "tiny"
+    tiny_llada.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    data = tmp_path / "gsm.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _gsm_rows(3)))
+    evaluate = load_script("evaluate")
+    argv = ["--model_name_or_path", str(model_dir), "--protocol", "stabledrl", "--task", "gsm8k",
+            "--dataset_path", str(data), "--gen_length", "8", "--steps", "4", "--block_length", "8",
+            "--dtype", "float32", "--device", "cpu", "--no_progress", "--temperature", "0.9", "--seed", "7"]  # fmt: skip
+    card = evaluate.main(argv=argv + ["--draws", "2"])["card"]
+    score = card["score"]
+    assert score["seeds"] == ["7", "8"] and set(score["per_seed"]) == {"7", "8"}
+    assert score["value"] == pytest.approx((score["per_seed"]["7"]["value"] + score["per_seed"]["8"]["value"]) / 2)
+    assert {"sampler.temperature", "seeds"} <= {d["field"] for d in card["deviations"]}
+    texts = {
+        seed: [json.loads(line)["graded_text"] for line in path.read_text().strip().split("\n")[1:]]
+        for seed, path in ((s, tmp_path / "tiny" / "eval_cards" / f"stabledrl-gsm8k-8.records.seed{s}.jsonl")
+                           for s in (7, 8))
+    }  # fmt: skip
+    assert texts[7] != texts[8]  # the draws differ
+    three = evaluate.main(argv=argv + ["--card_file", str(tmp_path / "three.json")])["card"]
+    assert len(three["score"]["per_seed"]) == 3  # default: 3 draws when sampling
+    with pytest.raises(ValueError, match="decodes greedily"):
+        evaluate.main(argv=argv[:-4] + ["--draws", "2"])
