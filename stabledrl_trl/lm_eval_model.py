@@ -61,9 +61,15 @@ class DiffusionLMEval(LM):
         model=None,
         tokenizer=None,
         allow_pickle_checkpoints: bool = False,
+        max_batch_size: int | None = None,
         **sampler_fields,
     ):
         super().__init__()
+        if max_batch_size is not None:
+            raise ValueError(
+                f"max_batch_size={max_batch_size!r} bounds lm-eval's automatic batch size, which this class does not "
+                "have; give --batch_size N and drop --max_batch_size."
+            )
         from .diffusion.adapter import as_diffusion_lm
         from .diffusion.family import get_family
         from .diffusion.sampler_settings import SamplerSettings

@@ -157,3 +157,29 @@ def test_two_processes_give_the_results_of_one(tmp_path, clean_env):
     assert (outs[1]["world_size"], outs[2]["world_size"]) == (1, 2)
     assert outs[2]["responses"] == outs[1]["responses"] and len(outs[1]["responses"]) == 5
     assert outs[2]["exact_match"] == outs[1]["exact_match"] and os.path.exists(tmp_path / "out2.json")
+
+
+def test_model_args_string_loads_a_saved_model(tmp_path, tiny_llada, tiny_tokenizer):
+    """`--model stabledrl --model_args pretrained=...,gen_length=...` as lm_eval's command line builds it: the model
+    loads from its folder (safetensors) and decodes the task with the given sampler settings."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    model_dir = tmp_path / "tiny"
+    tiny_llada.save_pretrained(model_dir)
+    tiny_tokenizer.save_pretrained(model_dir)
+    folder, rows = _task_dir(tmp_path, TASK, "tiny_sum")
+    results = simple_evaluate(
+        model="stabledrl", model_args=f"pretrained={model_dir},gen_length=8,steps=4,block_length=8,dtype=float32",
+        tasks=["tiny_sum"], batch_size=2, device="cpu", log_samples=True,
+        task_manager=TaskManager(include_path=str(folder), include_defaults=False),
+    )  # fmt: skip
+    lm = DiffusionLMEval(model=tiny_llada, tokenizer=tiny_tokenizer, batch_size=2, gen_length=8, steps=4,
+                         block_length=8)  # fmt: skip
+    samples = sorted(results["samples"]["tiny_sum"], key=lambda s: s["doc_id"])
+    assert [s["resps"][0][0] for s in samples] == _own_decoding(_greedy(lm), rows)
+    assert results["config"]["batch_size"] == 2
+    with pytest.raises(ValueError, match="max_batch_size=4 bounds lm-eval's automatic batch size"):
+        DiffusionLMEval(model=tiny_llada, tokenizer=tiny_tokenizer, max_batch_size=4)
+    with pytest.raises(ValueError, match="pretrained=<model folder"):
+        DiffusionLMEval(gen_length=8, steps=4, block_length=8)
