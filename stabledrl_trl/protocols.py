@@ -270,6 +270,11 @@ def _stabledrl(task: str, gen_length: int | None) -> Protocol:
                 "the MATH request is a raw string here (one backslash before 'boxed'); the training data loader's "
                 "request has two"
             )
+            notes.append(
+                "math_metrics.py reads MATH-500 from a path containing 'MATH' and '500' (scripts/eval_math.sh shows "
+                "only GSM8K); the preset uses HuggingFaceH4/MATH-500, whose test split has the problem, solution and "
+                "level columns the script reads"
+            )
         return Protocol(
             **common,
             source=f"{STABLEDRL_SOURCE} math_metrics.py, dataloaders/collate_fn_math.py, scripts/eval_math.sh",
