@@ -19,9 +19,10 @@ the class registered (the plain `lm_eval` command does not import this package).
   `until` cuts the decoded text at the first stop string; `max_gen_toks` keeps at most that many completion tokens
   (the diffusion canvas is `gen_length` positions whatever the request asks); `do_sample: false` or `temperature`
   set the sampler's temperature; any other key is an error naming it.
-- loglikelihood / loglikelihood_rolling (multiple-choice and perplexity tasks) are refused: a masked diffusion LM's
-  sequence likelihood can only be estimated (an ELBO with random masks), and an estimate's noise would decide
-  close multiple-choice comparisons; run generative tasks with this class.
+- loglikelihood (multiple-choice tasks) is refused unless asked for with `likelihood_samples=N`: a masked
+  diffusion LM's sequence likelihood can only be estimated; with N > 0 it is `likelihood_estimator` (default
+  mc_elbo_inv_t, LLaDA's 1/t Monte-Carlo ELBO) over N masked passes, and each request's Monte-Carlo standard error
+  is kept (`likelihood_standard_errors`). loglikelihood_rolling (perplexity) is refused.
 - data parallel: under `accelerate launch` / torchrun each process takes its share of the requests (lm_eval splits
   them by `rank` / `world_size`) and the class gathers with torch.distributed (gloo on a CPU-only machine); the
   results equal one process's (tests/test_lm_eval_model.py).
@@ -62,6 +63,8 @@ class DiffusionLMEval(LM):
         tokenizer=None,
         allow_pickle_checkpoints: bool = False,
         max_batch_size: int | None = None,
+        likelihood_samples: int = 0,
+        likelihood_estimator: str = "mc_elbo_inv_t",
         **sampler_fields,
     ):
         super().__init__()
@@ -88,6 +91,20 @@ class DiffusionLMEval(LM):
         if self.batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive integer.")
         self.seed = int(seed)
+        from .diffusion.estimators import ESTIMATORS
+
+        self.likelihood_samples = int(likelihood_samples)
+        if self.likelihood_samples < 0:
+            raise ValueError(
+                f"likelihood_samples={likelihood_samples!r} must be >= 0 (0 refuses likelihood requests)."
+            )
+        if likelihood_estimator not in ESTIMATORS:
+            raise ValueError(
+                f"likelihood_estimator={likelihood_estimator!r}; choose one of {', '.join(ESTIMATORS)} "
+                "(mc_elbo_inv_t, LLaDA's 1/t-weighted Monte-Carlo ELBO, is the one that bounds log p)."
+            )
+        self.likelihood_estimator = likelihood_estimator
+        self.likelihood_standard_errors: list[float] = []  # one per scored request, in nats
         self._state = None
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             from accelerate import PartialState
@@ -143,8 +160,67 @@ class DiffusionLMEval(LM):
         )
 
     # ---- requests ----------------------------------------------------------------------------------------------
-    def loglikelihood(self, requests):
-        raise NotImplementedError(_REFUSAL.format(kind="loglikelihood (multiple-choice)"))
+    @torch.no_grad()
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        """(log p(continuation | context) estimate, is_greedy) per request; refused unless `likelihood_samples` > 0.
+
+        The estimate is `likelihood_estimator` (default mc_elbo_inv_t: LLaDA's Monte-Carlo ELBO with t ~ U(0, 1] and
+        the 1/t weight, a lower bound of log p in expectation) with `likelihood_samples` masked passes, times the
+        number of continuation tokens (the estimators are length-normalised). Its Monte-Carlo standard error (nats,
+        from the spread of the passes) is kept per request in `likelihood_standard_errors`. is_greedy: the family's
+        greedy sampler, given the context and a canvas of the continuation's length (one block, one token per step),
+        writes exactly the continuation.
+        """
+        import dataclasses
+
+        from .diffusion.estimators import estimate_likelihood, estimator_standard_error
+        from .evaluation import left_pad
+
+        if self.likelihood_samples == 0:
+            raise NotImplementedError(_REFUSAL.format(kind="loglikelihood (multiple-choice)"))
+        if self.family.block_causal:
+            raise NotImplementedError(
+                f"loglikelihood: the {self.family.name} family's block-causal likelihood is not wired into the lm-eval "
+                "class; use a full-attention model (LLaDA, Dream, a masked LM) or a generative task."
+            )
+        out = []
+        for start in range(0, len(requests), self.batch_size):
+            batch = requests[start : start + self.batch_size]
+            contexts = [self.tokenizer(r.args[0], add_special_tokens=False)["input_ids"] for r in batch]
+            continuations = [self.tokenizer(r.args[1], add_special_tokens=False)["input_ids"] for r in batch]
+            if any(not c for c in continuations):
+                raise ValueError("loglikelihood: an empty continuation has no tokens to score.")
+            prompt_ids, prompt_mask = left_pad(contexts, self.adapter.pad_token_id)  # (B, P), (B, P)
+            width = max(len(c) for c in continuations)
+            completion_ids = torch.full((len(batch), width), self.adapter.pad_token_id, dtype=torch.long)  # (B, C)
+            completion_mask = torch.zeros(len(batch), width, dtype=torch.long)  # (B, C)
+            for row, tokens in enumerate(continuations):
+                completion_ids[row, : len(tokens)] = torch.tensor(tokens)
+                completion_mask[row, : len(tokens)] = 1
+            device = self.device
+            estimate = estimate_likelihood(
+                self.likelihood_estimator, self.adapter, prompt_ids.to(device), prompt_mask.to(device),
+                completion_ids.to(device), completion_mask.to(device), mask_token_id=self.adapter.mask_token_id,
+                seed=self.seed * 1_000_003 + start, num_samples=self.likelihood_samples, p_mask_prompt=0.0,
+            )  # fmt: skip
+            lengths = completion_mask.sum(1).to(estimate.seq_logps)  # (B,)
+            totals = (estimate.seq_logps * lengths).tolist()
+            errors = (estimator_standard_error(estimate.sample_seq_logps) * lengths).tolist()
+            self.likelihood_standard_errors.extend(errors)
+            for row, (request, tokens) in enumerate(zip(batch, continuations)):
+                n = len(tokens)
+                greedy = dataclasses.replace(
+                    self.settings, max_completion_length=n, block_length=n, diffusion_steps=n, temperature=0.0,
+                    reward_text="canvas", rollout_cache="none", parallel_threshold=None, max_tokens_per_step=None,
+                )  # fmt: skip
+                decoded = self.family.generate(
+                    self.adapter, prompt_ids[row : row + 1, prompt_mask[row].bool()].to(device),
+                    torch.ones(1, len(contexts[row]), dtype=torch.long, device=device), greedy,
+                    eos_token_ids=self.adapter.eos_token_ids, generator=torch.Generator(device=device).manual_seed(0),
+                )  # fmt: skip
+                out.append((float(totals[row]), decoded.completion_ids[0, :n].tolist() == tokens))
+                self.cache_hook.add_partial("loglikelihood", request.args, out[-1])
+        return out
 
     def loglikelihood_rolling(self, requests):
         raise NotImplementedError(_REFUSAL.format(kind="loglikelihood_rolling (perplexity)"))
@@ -213,9 +289,10 @@ class DiffusionLMEval(LM):
 
 
 _REFUSAL = (
-    "{kind} requests are refused by the stabledrl model class: a masked diffusion LM's sequence likelihood can only "
-    "be estimated with random masks (an ELBO), and the estimate's noise would decide close multiple-choice "
-    "comparisons. Run generative tasks (output_type: generate_until) with this class."
+    "{kind} requests are refused by the stabledrl model class by default: a masked diffusion LM's sequence "
+    "likelihood can only be estimated with random masks (an ELBO), and the estimate's noise can decide close "
+    "multiple-choice comparisons. Run generative tasks (output_type: generate_until), or opt in with model_args "
+    "likelihood_samples=N (LLaDA's evaluation uses 128) and likelihood_estimator=mc_elbo_inv_t (the default)."
 )
 
 

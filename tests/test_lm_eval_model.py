@@ -117,7 +117,9 @@ def test_lm_eval_refusals(tmp_path, tiny_llada, tiny_tokenizer):
 
     folder, _ = _task_dir(tmp_path, CHOICE_TASK, "tiny_choice")
     lm = DiffusionLMEval(model=tiny_llada, tokenizer=tiny_tokenizer, gen_length=8, steps=4, block_length=8)
-    with pytest.raises(NotImplementedError, match="loglikelihood \\(multiple-choice\\) requests are refused"):
+    with pytest.raises(
+        NotImplementedError, match="loglikelihood \\(multiple-choice\\) requests are refused.*likelihood_samples=N"
+    ):
         simple_evaluate(model=lm, tasks=["tiny_choice"],
                         task_manager=TaskManager(include_path=str(folder), include_defaults=False))  # fmt: skip
     with pytest.raises(ValueError, match="generation_kwargs top_p have no counterpart"):
@@ -183,3 +185,48 @@ def test_model_args_string_loads_a_saved_model(tmp_path, tiny_llada, tiny_tokeni
         DiffusionLMEval(model=tiny_llada, tokenizer=tiny_tokenizer, max_batch_size=4)
     with pytest.raises(ValueError, match="pretrained=<model folder"):
         DiffusionLMEval(gen_length=8, steps=4, block_length=8)
+
+
+class _Request:
+    def __init__(self, *args):
+        self.args = args
+
+
+def test_opt_in_likelihood_is_the_estimator(tiny_llada, tiny_tokenizer):
+    """likelihood_samples > 0: a one-token continuation under the coupled estimator is exactly log p(token | context,
+    token masked); under mc_elbo_inv_t (LLaDA's 1/t ELBO) the mean over 4096 passes is within 4 standard errors of it;
+    is_greedy says whether greedy decoding writes the continuation."""
+    lm = DiffusionLMEval(model=tiny_llada, tokenizer=tiny_tokenizer, gen_length=8, steps=4, block_length=8,
+                         likelihood_samples=2, likelihood_estimator="coupled")  # fmt: skip
+    context = tiny_tokenizer("12+3=", add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([context + [lm.adapter.mask_token_id]])
+    with torch.no_grad():
+        logp = torch.log_softmax(lm.adapter(ids, torch.ones_like(ids))[0, -1], -1)  # (V,)
+    best = int(logp.argmax())
+    other = tiny_tokenizer("7", add_special_tokens=False)["input_ids"][0]
+    other = other if other != best else other + 1
+    best_text, other_text = tiny_tokenizer.decode([best]), tiny_tokenizer.decode([other])
+    results = lm.loglikelihood([_Request("12+3=", best_text), _Request("12+3=", other_text)])
+    assert results[0][0] == pytest.approx(float(logp[best]), abs=1e-5) and results[0][1] is True
+    assert results[1][0] == pytest.approx(float(logp[other]), abs=1e-5) and results[1][1] is False
+    lm.likelihood_estimator, lm.likelihood_samples = "mc_elbo_inv_t", 4096
+    ((value, _),) = lm.loglikelihood([_Request("12+3=", other_text)])
+    error = lm.likelihood_standard_errors[-1]
+    assert 0 < error < 0.5 and abs(value - float(logp[other])) < 4 * error
+    with pytest.raises(ValueError, match="likelihood_estimator='elbo'; choose one of"):
+        DiffusionLMEval(model=tiny_llada, tokenizer=tiny_tokenizer, likelihood_estimator="elbo")
+
+
+def test_multiple_choice_task_with_opt_in_likelihood(tmp_path, tiny_llada, tiny_tokenizer):
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    folder, rows = _task_dir(tmp_path, CHOICE_TASK, "tiny_choice")
+    lm = DiffusionLMEval(model=tiny_llada, tokenizer=tiny_tokenizer, gen_length=8, steps=4, block_length=8,
+                         likelihood_samples=4)  # fmt: skip
+    results = simple_evaluate(model=lm, tasks=["tiny_choice"], log_samples=True,
+                              task_manager=TaskManager(include_path=str(folder), include_defaults=False))  # fmt: skip
+    samples = sorted(results["samples"]["tiny_choice"], key=lambda s: s["doc_id"])
+    picks = [max(range(2), key=lambda c: s["resps"][c][0][0]) for s in samples]
+    assert results["results"]["tiny_choice"]["acc,none"] == pytest.approx(sum(p == 0 for p in picks) / len(rows))
+    assert len(lm.likelihood_standard_errors) == 2 * len(rows)
