@@ -111,7 +111,7 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
     card_file = args.card_file or _default_card_path(args, protocol)
     results_file = args.results_file or os.path.splitext(card_file)[0] + ".records.jsonl"
     data_file = args.data_files or args.dataset_path
-    rows, data = _rows_with_limit(protocol, data_file, load_protocol_rows)
+    rows, data = load_protocol_rows(protocol, data_file)  # a --limit beyond the rows is refused here
     rank, world, device, wait = _distributed()
     if device is not None:
         args.device = device
@@ -193,8 +193,3 @@ def _with_draws(protocol, draws):
     if len(protocol.seeds) == count:
         return protocol
     return apply_overrides(protocol, {"seeds": [first + d for d in range(count)]})
-
-
-def _rows_with_limit(protocol, data_file, loader):
-    """The protocol's rows; a --limit (data.count) larger than the source is refused by the loader."""
-    return loader(protocol, data_file)
