@@ -104,9 +104,60 @@ class EvaluateOptions:
             "of --prompt_style, --reward_style and the [sampler: ...] flags (listed last)."
         },
     )
-    batch_size: int = field(default=32, metadata={"help": "Prompts sampled together."})
-    seed: int = field(default=0, metadata={"help": "Seed of the sampler's torch.Generator."})
-    dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16, float16 or auto."})
+    batch_size: int | None = field(
+        default=None, metadata={"help": "Prompts sampled together; None: 32, or the protocol's batch size."}
+    )
+    seed: int | None = field(
+        default=None, metadata={"help": "Seed of the sampler's torch.Generator; None: 0, or the protocol's seeds."}
+    )
+    dtype: str | None = field(
+        default=None,
+        metadata={"help": "Model dtype: float32, bfloat16, float16 or auto; None: float32, or the protocol's dtype."},
+    )
+    protocol: str | None = field(
+        default=None,
+        metadata={
+            "help": "Evaluate as a paper's own code did: 'stabledrl' (official StableDRL), 'd1' or 'spg' "
+            "(stabledrl_trl.protocols; docs/evaluation.md). The preset fixes data, prompt, sampler, grading, seeds "
+            "and batch layout; every flag that changes one of them is recorded as a deviation on the protocol card."
+        },
+    )
+    protocol_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "With --protocol d1 / spg: one of their reported lengths 128, 256, 512 (default 256; steps = "
+            "length / 2 and the batch size follow, as in their scripts); the sampler flag gen_length is a "
+            "deviation instead."
+        },
+    )
+    draws: int | None = field(
+        default=None,
+        metadata={
+            "help": "With --protocol and sampling (--temperature > 0): score this many seeds (--seed or the "
+            "protocol's, then +1, +2, ...); None: 3 when sampling, 1 when greedy."
+        },
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "With --protocol: evaluate only the first N rows (a deviation on the card)."}
+    )
+    results_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --protocol: per-row results (JSON lines), appended batch by batch; rerunning with the same "
+            "file resumes. None: the card file's name with .records.jsonl."
+        },
+    )
+    card_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --protocol: the protocol card JSON. None: <model folder>/eval_cards/<protocol>-<task>-<len>"
+            ".json (./eval_cards/ for a hub id)."
+        },
+    )
+    update_model_card: bool = field(
+        default=False,
+        metadata={"help": "With --protocol: rewrite the results section of <model folder>/README.md from its cards."},
+    )
     device: str | None = field(default=None, metadata={"help": "Device; None: cuda when available, else cpu."})
     num_threads: int | None = field(
         default=None,
@@ -286,10 +337,11 @@ def check_styles(args: EvaluateArguments, task) -> tuple[str, str]:
 
 
 def model_dtype(args: EvaluateArguments):
-    """The torch dtype of --dtype ("auto" kept as is)."""
+    """The torch dtype of --dtype ("auto" kept as is; None: float32)."""
     import torch
 
-    dtype = args.dtype if args.dtype == "auto" else getattr(torch, str(args.dtype), None)
+    name = "float32" if args.dtype is None else args.dtype
+    dtype = name if name == "auto" else getattr(torch, str(name), None)
     if dtype is None or (dtype != "auto" and not isinstance(dtype, torch.dtype)):
         raise ValueError(f"--dtype={args.dtype!r} is not a torch dtype; use float32, bfloat16, float16 or auto.")
     return dtype
@@ -362,7 +414,7 @@ def check_arguments(args: EvaluateArguments) -> None:
     check_num_threads(args.num_threads, "--num_threads")
     for flag in ("batch_size", "num_samples"):
         value = getattr(args, flag)
-        if value is None and flag == "num_samples":
+        if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             fix = "e.g. 32" if flag == "batch_size" else "or leave --num_samples out to evaluate every row"
@@ -424,6 +476,16 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
 
     if args is None:
         (args,) = make_parser().parse_args_and_config(argv)
+    if args.protocol is not None:
+        from stabledrl_trl.protocol_cli import run_protocol_cli
+
+        return run_protocol_cli(args, argv, load_model=load_model, check_arguments=check_arguments)
+    from stabledrl_trl.protocol_cli import refuse_protocol_only_flags
+
+    refuse_protocol_only_flags(args)
+    args.batch_size = 32 if args.batch_size is None else args.batch_size
+    args.seed = 0 if args.seed is None else args.seed
+    args.dtype = "float32" if args.dtype is None else args.dtype
     task = get_task(args.task)
     check_arguments(args)  # numbers, dtype, device, data paths: before anything loads
     if args.num_threads is not None:

@@ -594,6 +594,16 @@ def _run(script_args, training_args, model_args):
             summary = {k: {key: v[key] for key in keys if key in v} for k, v in results.items()}
             with open(os.path.join(training_args.output_dir, "accuracy_before_after.json"), "w") as f:
                 json.dump(summary, f, indent=2)
+            from stabledrl_trl.protocol_card import write_heldout_cards
+
+            write_heldout_cards(  # the same protocol cards as scripts/evaluate.py --protocol; the model card's results
+                training_args.output_dir, results, task=task.name, seed=training_args.seed,
+                settings=eval_sampler_settings(training_args, script_args),
+                runtime={"dtype": str(trainer.model.dtype).replace("torch.", ""), "device": str(trainer.model.device),
+                         "num_processes": trainer.accelerator.num_processes,
+                         "batch_size": script_args.eval_batch_size},
+                data={"path": script_args.test_data_files or script_args.dataset_path or task.name, "split": "test"},
+            )  # fmt: skip
             print(
                 f"held-out accuracy: before RL {results['before']['accuracy']:.4f} -> "
                 f"after RL {results['after']['accuracy']:.4f}",
