@@ -42,7 +42,11 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads.")
     parser.add_argument("--docs-dir", default=results.DOCS)
-    parser.add_argument("--readme", default=os.path.join(results.DOCS, "evaluation.md"))
+    parser.add_argument(
+        "--readme",
+        default=None,
+        help="The page to write (default: the page holding the block's markers, docs/evaluation.md).",
+    )
     parser.add_argument("--write-readme", action="store_true", help="Write the JSON and the docs table.")
     parser.add_argument("--readme-only", action="store_true", help="Rewrite the docs table from the JSON only.")
     return parser
