@@ -195,7 +195,8 @@ def gemma_generate(
                 if done.any():
                     new_argmax = torch.where(done[:, None], argmax_canvas, new_argmax)
                     new_canvas = torch.where(done[:, None], canvas, new_canvas)
-                    logits = torch.where(done[:, None, None], sc_logits, logits)
+                    if sc_logits is not None:  # (a row finished in an earlier canvas is done from step 1)
+                        logits = torch.where(done[:, None, None], sc_logits, logits)
                 done = done | stopping(new_argmax, logits)
             canvas, argmax_canvas = new_canvas, new_argmax
             sc_logits = logits.to(model.model.decoder.embed_tokens.weight.dtype)
