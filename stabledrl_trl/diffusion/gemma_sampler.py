@@ -216,5 +216,7 @@ def gemma_generate(
         enc_pos = n_real[:, None] + k * C + offsets
     completion = torch.cat(chunks, 1)
     if completion.shape[1] < num_canvases * C:  # every row stopped early: pad to the full length
-        completion = torch.nn.functional.pad(completion, (0, num_canvases * C - completion.shape[1]), value=pad_token_id)
+        completion = torch.nn.functional.pad(
+            completion, (0, num_canvases * C - completion.shape[1]), value=pad_token_id
+        )
     return SamplerOutput(completion, completion_mask_from_ids(completion, eos_token_ids))

@@ -205,7 +205,7 @@ def uniform_noise_estimate(
         raise ValueError(f"completion length {L} is not a multiple of canvas_length {C}.")
     mask = completion_mask.bool()
     n_tokens = mask.sum(-1)  # (B,)
-    n_blocks = ((n_tokens - 1).clamp(min=0) // C + 1)  # (B,) blocks the completion occupies
+    n_blocks = (n_tokens - 1).clamp(min=0) // C + 1  # (B,) blocks the completion occupies
     targets = fill_after_eos(completion_ids, completion_mask, fill_token_id)  # (B, L)
     if draws is None:
         draws = draw_samples(seeds.cpu(), n_blocks.cpu(), C, V, num_samples, estimator == "block_random_coupled",

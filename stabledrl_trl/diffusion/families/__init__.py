@@ -5,6 +5,7 @@ A family module defines a `DiffusionFamily` subclass (`diffusion/family.py`) and
 """
 
 from . import (
+    diffusion_gemma,  # noqa: F401  (DiffusionGemma)
     dream,  # noqa: F401  (Dream / DiffuCoder)
     llada,  # noqa: F401  (LLaDA)
     llada2,  # noqa: F401  (LLaDA2)
