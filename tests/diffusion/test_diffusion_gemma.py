@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from stabledrl_trl.diffusion.gemma_sampler import gemma_generate, gemma_sampler_settings
-from stabledrl_trl.diffusion.uniform_estimators import draw_samples, uniform_noise_estimate
+from stabledrl_trl.diffusion.uniform_estimators import uniform_noise_estimate
 from stabledrl_trl.tiny import tiny_diffusion_gemma_config
 
 

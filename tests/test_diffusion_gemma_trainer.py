@@ -1,0 +1,158 @@
+"""StableDRLTrainer on a tiny DiffusionGemma: the family's sampler and uniform-noise estimator are used, the
+package's objectives and sequence-level GRPO train it, LoRA trains adapters only, settings it cannot use are
+refused when the trainer is built."""
+
+import pytest
+import torch
+from datasets import Dataset
+
+from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+from stabledrl_trl.diffusion.families import diffusion_gemma as family_module
+from stabledrl_trl.diffusion.family import detect_family, detect_family_from_config, get_family
+from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_diffusion_gemma_config
+
+
+def digit_reward(prompts, completions, **kwargs):
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
+
+
+def make_dataset(n=8):
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+{i + 1}="}]} for i in range(n)])
+
+
+def make_gemma(seed=0):
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return DiffusionGemmaForBlockDiffusion(tiny_diffusion_gemma_config())
+
+
+def make_args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
+                per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
+                max_completion_length=8, block_denoising_steps=3, max_steps=1, learning_rate=1e-3, logging_steps=1,
+                save_strategy="no", seed=7, temperature=1.0, gradient_checkpointing=False)  # fmt: skip
+    base.update(kw)
+    return StableDRLConfig(**base)
+
+
+def test_detected_from_model_and_from_config_before_loading(tmp_path):
+    from transformers import AutoConfig
+
+    model = make_gemma()
+    assert detect_family(model) == "diffusion_gemma"
+    model.config.save_pretrained(tmp_path)
+    assert detect_family_from_config(AutoConfig.from_pretrained(tmp_path)) == "diffusion_gemma"
+    assert detect_family_from_config(model.config.text_config) is None  # the text sub-config alone is not the model
+
+
+def counting(monkeypatch):
+    calls = {"gemma_generate": 0, "uniform_noise_estimate": 0}
+    for name in calls:
+        original = getattr(family_module, name)
+
+        def counted(*a, _name=name, _orig=original, **k):
+            calls[_name] += 1
+            return _orig(*a, **k)
+
+        monkeypatch.setattr(family_module, name, counted)
+    return calls
+
+
+RUNS = [
+    ("stable_drl", "fresh", {"likelihood_estimator": "block_random"}),
+    ("stable_drl_ratio", "fresh", {"likelihood_estimator": "block_random_coupled"}),
+    ("dgpo", "shared", {}),
+    ("grpo", "fresh", {"importance_sampling_level": "sequence"}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type, mask_seed_mode, extra", RUNS)
+def test_gemma_trains_with_each_objective(tmp_path, monkeypatch, loss_type, mask_seed_mode, extra):
+    calls = counting(monkeypatch)
+    args = make_args(tmp_path, loss_type=loss_type, mask_seed_mode=mask_seed_mode, **extra)
+    trainer = StableDRLTrainer(model=make_gemma(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
+                               processing_class=build_tiny_tokenizer())  # fmt: skip
+    assert trainer._family_impl.name == "diffusion_gemma"
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert calls["gemma_generate"] >= 1 and calls["uniform_noise_estimate"] >= 2, calls
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    # the decoder's attention and the routed experts (shared with the encoder) move; the vision tower does not
+    assert any("self_attn.q_proj" in n for n in changed) and any("experts" in n for n in changed)
+    assert not any("vision" in n for n in changed)
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 1 and torch.isfinite(torch.tensor(logs[0]["loss"]))
+    assert logs[0]["stabledrl/estimator_passes"] == 2
+
+
+@pytest.mark.slow
+def test_gemma_lora_on_attention_mlp_and_experts(tmp_path):
+    """LoRA on TRL's SFT targets (attention and dense-MLP linears of encoder and decoder) plus the routed experts'
+    fused weights (peft target_parameters): only adapters change, the expert adapters among them."""
+    from peft import LoraConfig
+
+    model = make_gemma(seed=1)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=family_module.LORA_TARGET_MODULES,
+                      target_parameters=list(family_module.LORA_EXPERT_PARAMETERS))  # fmt: skip
+    args = make_args(tmp_path, loss_type="stable_drl", mask_seed_mode="shared", learning_rate=1e-2)
+    trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
+                               processing_class=build_tiny_tokenizer(), peft_config=lora)  # fmt: skip
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    assert all(torch.equal(after[n], before[n]) for n in before if "lora_" not in n)
+    changed = [n for n in before if "lora_" in n and not torch.equal(after[n], before[n])]
+    assert any("self_attn" in n for n in changed) and any("experts" in n for n in changed), changed
+
+
+REFUSED = [
+    ({"sandwich": True}, "EUBO"),
+    ({"likelihood_estimator": "mc_elbo"}, "uniform-random-token corruption"),
+    ({"max_completion_length": 12}, "multiple of 8"),
+    ({"top_k": 5}, "top_k=5"),
+    ({"block_remasking": "low_confidence_static"}, "block_remasking"),
+    ({"reward_text": "canvas"}, "reward_text='canvas'"),
+    ({"p_mask_prompt": 0.15}, "p_mask_prompt"),
+    ({"diffusion_sampler": "llada"}, "diffusion_sampler"),
+    ({"remasking": "random"}, "remasking"),
+]
+
+
+@pytest.mark.parametrize("fields, message", REFUSED)
+def test_settings_gemma_cannot_use_are_refused(tmp_path, fields, message):
+    model = make_gemma()
+    with pytest.raises(ValueError, match=message):
+        get_family("diffusion_gemma").check(make_args(tmp_path, **fields), model)
+
+
+def test_refused_when_the_trainer_is_built(tmp_path):
+    with pytest.raises(ValueError, match="EUBO"):
+        StableDRLTrainer(model=make_gemma(), reward_funcs=digit_reward, args=make_args(tmp_path, sandwich=True),
+                         train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
+
+
+def test_short_completions_are_padded_to_whole_canvases(tmp_path):
+    """TRL pads completions to the longest in the batch (here 5 < canvas 8): the estimate pads to whole canvases
+    and returns the caller's width, equal to scoring the canvas-padded completion."""
+    model = make_gemma().eval()
+    fam = get_family("diffusion_gemma")
+    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+
+    lm = as_diffusion_lm(model, tokenizer=build_tiny_tokenizer(), family="diffusion_gemma")
+    args = make_args(tmp_path)
+    prompt = torch.tensor([[5, 6, 7]])
+    comp = torch.tensor([[20, 21, 22, 23, 0]])
+    cmask = torch.ones(1, 5, dtype=torch.long)
+    with torch.no_grad():
+        short = fam.estimate(lm, prompt, torch.ones_like(prompt), comp, cmask, args, seeds=torch.tensor([3]),
+                             fill_token_id=0)  # fmt: skip
+        full = fam.estimate(lm, prompt, torch.ones_like(prompt), torch.cat([comp, torch.zeros(1, 3, dtype=torch.long)], 1),
+                            torch.cat([cmask, torch.zeros(1, 3, dtype=torch.long)], 1), args, seeds=torch.tensor([3]),
+                            fill_token_id=0)  # fmt: skip
+    assert short.token_logps.shape == (1, 5)
+    torch.testing.assert_close(short.token_logps, full.token_logps[:, :5])
+    assert float(short.seq_logps) < 0
