@@ -79,7 +79,7 @@ def test_gemma_trains_with_each_objective(tmp_path, monkeypatch, loss_type, mask
     assert trainer._family_impl.name == "diffusion_gemma"
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
-    assert calls["gemma_generate"] >= 1 and calls["uniform_noise_estimate"] >= 2, calls
+    assert calls["gemma_generate"] >= 1 and calls["uniform_noise_estimate"] >= 1, calls
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
     # the decoder's attention and the routed experts (shared with the encoder) move; the vision tower does not
     assert any("self_attn.q_proj" in n for n in changed) and any("experts" in n for n in changed)
