@@ -156,3 +156,39 @@ def test_short_completions_are_padded_to_whole_canvases(tmp_path):
     assert short.token_logps.shape == (1, 5)
     torch.testing.assert_close(short.token_logps, full.token_logps[:, :5])
     assert float(short.seq_logps) < 0
+
+
+def test_no_mask_token_needed(tmp_path):
+    """DiffusionGemma corrupts with uniform-random tokens: a tokenizer without a mask token is fine, the adapter's
+    mask id is the no-token sentinel (so no prompt token is refused as a mask), and an explicit mask id is refused."""
+    from stabledrl_trl.diffusion.adapter import NO_MASK_TOKEN, as_diffusion_lm
+
+    tok = build_tiny_tokenizer()
+    tok.mask_token = None
+    assert tok.mask_token_id is None
+    lm = as_diffusion_lm(make_gemma(), tokenizer=tok, family="diffusion_gemma")
+    assert lm.mask_token_id == NO_MASK_TOKEN == -1
+    with pytest.raises(ValueError, match="no mask token"):
+        as_diffusion_lm(make_gemma(), tokenizer=tok, family="diffusion_gemma", mask_token_id=1)
+    trainer = StableDRLTrainer(model=make_gemma(), reward_funcs=digit_reward, args=make_args(tmp_path),
+                               train_dataset=make_dataset(), processing_class=tok)  # fmt: skip
+    assert trainer._dlm.mask_token_id == -1
+
+
+@pytest.mark.slow
+def test_gradient_checkpointing_gives_the_same_step(tmp_path):
+    """The decoder layers checkpoint with the encoder cache (they only read it): the loss and the updated weights
+    equal the run without checkpointing."""
+    results = []
+    for checkpointing in (False, True):
+        args = make_args(tmp_path / str(checkpointing), loss_type="stable_drl", mask_seed_mode="shared",
+                         gradient_checkpointing=checkpointing, learning_rate=1e-2)  # fmt: skip
+        trainer = StableDRLTrainer(model=make_gemma(seed=2), reward_funcs=digit_reward, args=args,
+                                   train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
+        trainer.train()
+        loss = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        results.append((loss, weights))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-4, abs=1e-6)
+    for name, w in results[0][1].items():
+        torch.testing.assert_close(w, results[1][1][name], atol=1e-5, rtol=1e-4)
