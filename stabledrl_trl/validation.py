@@ -653,7 +653,6 @@ def check_data_setup(
     autoregressive LM. num_processes: the processes sharing a generation batch. rollout_func / tools: TRL's.
     """
     from . import safety
-
     from .diffusion.adapter import NO_MASK_TOKEN
 
     if mask_token_id == NO_MASK_TOKEN:  # a family without a mask token: no prompt token to refuse

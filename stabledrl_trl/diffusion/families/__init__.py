@@ -5,10 +5,12 @@ A family module defines a `DiffusionFamily` subclass (`diffusion/family.py`) and
 """
 
 from . import (
-    diffusion_gemma,  # noqa: F401  (DiffusionGemma)
     dream,  # noqa: F401  (Dream / DiffuCoder)
     llada,  # noqa: F401  (LLaDA)
     llada2,  # noqa: F401  (LLaDA2)
     masked_lm,  # noqa: F401  (any transformers masked LM, tried last)
     sdar,  # noqa: F401  (SDAR / TraDo)
 )
+
+# isort: split
+from . import diffusion_gemma  # noqa: F401  (DiffusionGemma; registered after the masked families)
