@@ -59,7 +59,9 @@ def measure(args) -> dict:
             for sc in ("off", "on", "training"):
                 pair = []
                 for which in (0, 1):
-                    seeds = torch.arange(N * R) * 2 + which + 1_000_003 * (k + 10 * ["off", "on", "training"].index(sc))
+                    seeds = (
+                        torch.arange(N * R) * 2 + which + 1_000_003 * (k + 10 * ["off", "on", "training"].index(sc))
+                    )
                     with torch.no_grad():
                         est = uniform_noise_estimate(
                             model, rep(enc["input_ids"]), rep(enc["attention_mask"]), rep(out.completion_ids),
@@ -72,10 +74,17 @@ def measure(args) -> dict:
                 if (form, k, sc) == BASELINE:
                     base_var = var
                 rows.append(
-                    dict(estimator=form, mc_samples=k, self_conditioning=sc, log_ratio_std=var**0.5,
-                         log_ratio_mean=float(diff.mean()), log_ratio_mean_se=float(diff.std() / len(diff) ** 0.5),
-                         mean_estimate=float(torch.cat(pair).mean()), passes=estimator_passes(k, sc),
-                         variance=var)  # fmt: skip
+                    dict(
+                        estimator=form,
+                        mc_samples=k,
+                        self_conditioning=sc,
+                        log_ratio_std=var**0.5,
+                        log_ratio_mean=float(diff.mean()),
+                        log_ratio_mean_se=float(diff.std() / len(diff) ** 0.5),
+                        mean_estimate=float(torch.cat(pair).mean()),
+                        passes=estimator_passes(k, sc),
+                        variance=var,
+                    )  # fmt: skip
                 )
                 print(rows[-1], flush=True)
     for r in rows:
@@ -87,9 +96,16 @@ def render(data: dict) -> str:
     from stabledrl_trl.results import markdown_table, provenance_line
 
     rows = [
-        [r["estimator"], r["mc_samples"], r["self_conditioning"], r["passes"], f"{r['log_ratio_std']:.4f}",
-         f"{r['variance_vs_baseline']:.2f}", f"{r['log_ratio_mean']:+.4f} +- {r['log_ratio_mean_se']:.4f}",
-         f"{r['mean_estimate']:.3f}"]  # fmt: skip
+        [
+            r["estimator"],
+            r["mc_samples"],
+            r["self_conditioning"],
+            r["passes"],
+            f"{r['log_ratio_std']:.4f}",
+            f"{r['variance_vs_baseline']:.2f}",
+            f"{r['log_ratio_mean']:+.4f} +- {r['log_ratio_mean_se']:.4f}",
+            f"{r['mean_estimate']:.3f}",
+        ]  # fmt: skip
         for r in data["rows"]
     ]
     head = ["estimator", "K", "self-conditioning", "decoder passes", "std of log-ratio at theta_old",

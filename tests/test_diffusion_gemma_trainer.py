@@ -87,6 +87,7 @@ def test_gemma_trains_with_each_objective(tmp_path, monkeypatch, loss_type, mask
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 1 and torch.isfinite(torch.tensor(logs[0]["loss"]))
     assert logs[0]["stabledrl/estimator_passes"] == 2
+    assert 0.0 < logs[0]["moe/expert_load_entropy_min"] <= logs[0]["moe/expert_load_entropy"] <= 1.0
 
 
 @pytest.mark.slow
@@ -156,6 +157,37 @@ def test_short_completions_are_padded_to_whole_canvases(tmp_path):
     assert short.token_logps.shape == (1, 5)
     torch.testing.assert_close(short.token_logps, full.token_logps[:, :5])
     assert float(short.seq_logps) < 0
+
+
+def test_expert_load_counts_every_routed_token():
+    """track_expert_load: each router's counts sum to tokens x top_k per forward through it, the trainer's entropy
+    reads them (1 = uniform, by hand) and resets them."""
+    from stabledrl_trl.stabledrl_trainer import expert_load_entropy
+
+    model = make_gemma().eval()
+    family_module.track_expert_load(model)
+    family_module.track_expert_load(model)  # idempotent: one hook per router
+    routers = [m for m in model.modules() if hasattr(m, "expert_load")]
+    assert len(routers) == 4  # 2 encoder + 2 decoder layers
+    from transformers import DynamicCache
+
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        model(
+            input_ids=ids,
+            decoder_input_ids=torch.tensor([[8] * 8]),
+            cache=DynamicCache(config=model.config.text_config),
+        )
+    k = model.config.text_config.top_k_experts
+    sums = sorted(float(r.expert_load.sum()) for r in routers)
+    assert sums == [3 * k, 3 * k, 8 * k, 8 * k]  # encoder routers saw 3 tokens, decoder routers 8
+    for r in routers:
+        r.expert_load.copy_(torch.tensor([1.0, 1, 1, 1]))
+    out = expert_load_entropy(model)
+    assert out["moe/expert_load_entropy"] == pytest.approx(1.0) and out[
+        "moe/expert_load_entropy_min"
+    ] == pytest.approx(1.0)
+    assert all(float(r.expert_load.sum()) == 0 for r in routers)
 
 
 def test_no_mask_token_needed(tmp_path):

@@ -16,6 +16,7 @@ sampler or the uniform-noise estimator has no counterpart for (see `check`).
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from ..adapter import unwrap_model
@@ -112,6 +113,7 @@ class DiffusionGemmaFamily(DiffusionFamily):
 
     def generate(self, adapter, prompt_ids, prompt_mask, args, *, eos_token_ids, generator) -> SamplerOutput:
         model = unwrap_model(adapter.model)
+        track_expert_load(model)
         settings = gemma_sampler_settings(
             model,
             max_new_tokens=args.max_completion_length,
@@ -126,6 +128,7 @@ class DiffusionGemmaFamily(DiffusionFamily):
 
     def estimate(self, adapter, prompt_ids, prompt_mask, completion_ids, completion_mask, args, *, seeds,
                  fill_token_id):  # fmt: skip
+        track_expert_load(adapter.model)
         C = self.canvas_length(adapter.model)
         L = completion_ids.shape[1]
         extra = -L % C  # TRL pads completions to the longest; the estimator scores whole canvases
@@ -169,6 +172,25 @@ class DiffusionGemmaFamily(DiffusionFamily):
 
 
 register_family(DiffusionGemmaFamily())
+
+
+def _count_routing(router, inputs, outputs) -> None:
+    # outputs: (router probabilities, top-k weights, top-k expert indices (tokens, k))
+    router.expert_load += torch.bincount(outputs[2].flatten(), minlength=router.expert_load.numel()).to(
+        router.expert_load.dtype
+    )
+
+
+def track_expert_load(model) -> None:
+    """Give every DiffusionGemma router (encoder and decoder) an `expert_load` (E,) count of the tokens routed to each
+    expert, updated by a forward hook: the trainer's `moe/expert_load_entropy` reads and resets it
+    (`stabledrl_trainer.expert_load_entropy`). Idempotent; the counts are not saved with the model."""
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextRouter
+
+    for module in unwrap_model(model).modules():
+        if isinstance(module, DiffusionGemmaTextRouter) and not hasattr(module, "expert_load"):
+            module.expert_load = torch.zeros(module.proj.out_features, device=module.proj.weight.device)
+            module.register_forward_hook(_count_routing)
 
 
 def expert_parameters(model) -> list[str]:
