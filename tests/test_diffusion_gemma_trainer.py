@@ -120,6 +120,8 @@ REFUSED = [
     ({"p_mask_prompt": 0.15}, "p_mask_prompt"),
     ({"diffusion_sampler": "llada"}, "diffusion_sampler"),
     ({"remasking": "random"}, "remasking"),
+    ({"estimator_chunk_size": 2}, "estimator_chunk_size"),
+    ({"mask_token_id": 1}, "no mask token"),
 ]
 
 

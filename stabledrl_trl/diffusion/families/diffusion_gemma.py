@@ -106,6 +106,12 @@ class DiffusionGemmaFamily(DiffusionFamily):
                     f"estimator_block_size={args.estimator_block_size}: DiffusionGemma's estimator scores whole "
                     f"canvases of canvas_length={C}; leave estimator_block_size at its default 32."
                 )
+            if args.estimator_chunk_size is not None:
+                errors.append(
+                    f"estimator_chunk_size={args.estimator_chunk_size}: DiffusionGemma's estimator does not chunk its "
+                    "rows yet (one encoder pass over the batch, then one decoder pass per sample); leave it unset and "
+                    "bound memory with per_device_train_batch_size."
+                )
             if getattr(args, "mask_token_id", None) is not None:
                 errors.append(f"mask_token_id={args.mask_token_id}: DiffusionGemma has no mask token; remove it.")
         if errors:
