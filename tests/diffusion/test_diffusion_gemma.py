@@ -57,17 +57,18 @@ def _left_pad(rows):
     return ids, mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_seeded_rows_equal_model_generate_alone_and_padded(model, temperature):
     rows = [torch.tensor([5, 6, 7, 8, 9, 10]), torch.tensor([11, 12, 13]), torch.tensor([20, 21, 22, 23])]
     seeds = [3, 4, 5]
-    kw = {"max_new_tokens": 16, "max_denoising_steps": 5, "t_min": 0.4 * temperature, "t_max": 0.8 * temperature}
+    kw = {"max_new_tokens": 16, "max_denoising_steps": 3, "t_min": 0.4 * temperature, "t_max": 0.8 * temperature}
     refs = [_reference(model, r, s, (0,), **kw) for r, s in zip(rows, seeds)]
     for r, s, ref in zip(rows, seeds, refs):
-        alone = _ours(model, r[None], torch.ones(1, len(r), dtype=torch.long), [s], (0,), 16, 5, temperature)
+        alone = _ours(model, r[None], torch.ones(1, len(r), dtype=torch.long), [s], (0,), 16, 3, temperature)
         assert alone.completion_ids[0].tolist() == ref.tolist()
     ids, mask = _left_pad(rows)
-    batch = _ours(model, ids, mask, seeds, (0,), 16, 5, temperature)
+    batch = _ours(model, ids, mask, seeds, (0,), 16, 3, temperature)
     for i, ref in enumerate(refs):
         assert batch.completion_ids[i].tolist() == ref.tolist()
     # the rows differ (the test compares something)
@@ -158,7 +159,7 @@ def test_estimate_equals_trl_sft_loss(model, block, sc):
     labels = torch.cat([torch.full((5,), -100), response])[None]
     ref = _sft_reference_loss(model, input_ids, labels, torch.tensor([block]), t, u, tok, scm, eos)
     assert abs(float(ours.detach()) - float(ref.detach())) < 1e-5
-    assert float(ref) > 1.0  # a real loss, not a degenerate one
+    assert float(ref.detach()) > 1.0  # a real loss, not a degenerate one
 
 
 def test_padded_row_equals_row_alone(model):
