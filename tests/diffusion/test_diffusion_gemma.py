@@ -268,3 +268,40 @@ def test_stable_drl_step_raises_the_preferred_completion():
                 p -= 0.05 * p.grad
     after = margin()
     assert after > before + 0.01, (before, after)
+
+
+def test_mean_loo_conversion_by_hand():
+    """prediction='mean_loo' adds log(1 + V alpha / (1 - alpha)), alpha = 1 - t, to the observed token's logit
+    (arXiv 2605.22765) before the log-softmax; 'denoiser' uses the logits as they are."""
+    from stabledrl_trl.diffusion.uniform_estimators import target_logps
+
+    logits = torch.tensor([[[0.5, -1.0, 2.0, 0.0], [1.0, 1.0, 1.0, 1.0]]])  # (1, 2, V=4)
+    targets = torch.tensor([[2, 1]])
+    canvas = torch.tensor([[0, 1]])  # position 0 observed token 0 (corrupted), position 1 observed its target
+    t = torch.tensor([0.25])
+    bonus = float(np.log(1 + 4 * 0.75 / 0.25))  # log 13
+    rows = [[0.5 + bonus, -1.0, 2.0, 0.0], [1.0, 1.0 + bonus, 1.0, 1.0]]
+    expected = [float(np.log(np.exp(r[k]) / np.exp(r).sum())) for r, k in zip(np.array(rows), [2, 1])]
+    got, _ = target_logps(logits, targets, canvas, t, "mean_loo")
+    torch.testing.assert_close(got[0], torch.tensor(expected), atol=1e-6, rtol=0)
+    plain, _ = target_logps(logits, targets, canvas, t, "denoiser")
+    torch.testing.assert_close(plain, torch.log_softmax(logits, -1).gather(-1, targets[..., None]).squeeze(-1))
+    with pytest.raises(ValueError, match="prediction"):
+        target_logps(logits, targets, canvas, t, "x0")
+
+
+def test_sampler_settings_follow_the_model_generation_config(model):
+    """The entropy bound, schedule and stopping thresholds are the model's (its generation config over transformers'
+    defaults); the RL temperature scales the schedule; 0 is greedy."""
+    s = gemma_sampler_settings(model, max_new_tokens=16)
+    assert (s.max_denoising_steps, s.t_min, s.t_max, s.entropy_bound) == (48, 0.4, 0.8, 0.1)
+    assert (s.stability_threshold, s.confidence_threshold, s.greedy) == (1, 0.005, False)
+    model.generation_config.t_max = 0.6
+    try:
+        s = gemma_sampler_settings(model, max_new_tokens=16, max_denoising_steps=7, temperature=0.5)
+        assert (s.max_denoising_steps, s.t_min, s.t_max) == (7, 0.2, 0.3)
+    finally:
+        model.generation_config.t_max = None
+    assert gemma_sampler_settings(model, max_new_tokens=8, temperature=0.0).greedy
+    with pytest.raises(ValueError, match="temperature"):
+        gemma_sampler_settings(model, max_new_tokens=8, temperature=-1.0)
