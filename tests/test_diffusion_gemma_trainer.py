@@ -252,3 +252,20 @@ def test_evaluation_decodes_with_the_family_sampler_and_the_card_snippet_runs():
     scope = {"model": model, "lm": lm, "inputs": inputs}
     exec(snippet.imports + "\n" + snippet.call, scope)  # the package's own snippet text, not model output
     assert scope["out"].completion_ids.shape == (1, 8)
+
+
+def test_trainer_loads_a_saved_model_by_path(tmp_path):
+    """A DiffusionGemma folder given by path: detected before loading, loaded by TRL as
+    DiffusionGemmaForBlockDiffusion (its config's architecture), and set up with the family."""
+    folder = tmp_path / "gemma"
+    make_gemma().save_pretrained(folder)
+    build_tiny_tokenizer().save_pretrained(folder)
+    from stabledrl_trl.validation import is_diffusion_before_loading
+
+    args = make_args(tmp_path)
+    assert is_diffusion_before_loading(str(folder), args) is True
+    # the tiny folder has no image processor, so the tokenizer is passed (the hub model ships its processor)
+    trainer = StableDRLTrainer(model=str(folder), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
+                               processing_class=build_tiny_tokenizer())  # fmt: skip
+    assert type(trainer.model).__name__ == "DiffusionGemmaForBlockDiffusion"
+    assert trainer._family_impl.name == "diffusion_gemma" and trainer._dlm.mask_token_id == -1
