@@ -170,11 +170,11 @@ def test_padded_row_equals_row_alone(model):
     ids, mask = _left_pad(rows)
     seeds = torch.tensor([11, 12])
     for form in ("block_random", "block_random_coupled"):
-        batch = uniform_noise_estimate(model, ids, mask, comps, cmask, seeds=seeds, fill_token_id=0, num_samples=4,
+        batch = uniform_noise_estimate(model, ids, mask, comps, cmask, seeds=seeds, fill_token_id=0, num_samples=2,
                                        estimator=form, self_conditioning="training")  # fmt: skip
         for i, r in enumerate(rows):
             alone = uniform_noise_estimate(model, r[None], torch.ones(1, len(r), dtype=torch.long), comps[i : i + 1],
-                                           cmask[i : i + 1], seeds=seeds[i : i + 1], fill_token_id=0, num_samples=4,
+                                           cmask[i : i + 1], seeds=seeds[i : i + 1], fill_token_id=0, num_samples=2,
                                            estimator=form, self_conditioning="training")  # fmt: skip
             torch.testing.assert_close(batch.token_logps[i], alone.token_logps[0], atol=1e-5, rtol=0)
             torch.testing.assert_close(batch.seq_logps[i], alone.seq_logps[0], atol=1e-5, rtol=0)
