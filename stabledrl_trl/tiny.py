@@ -155,3 +155,55 @@ def tiny_llada2_config_dict(vocab_size: int = 101, **overrides) -> dict:
     }
     config.update(overrides)
     return config
+
+
+def tiny_diffusion_gemma_config(vocab_size: int = 104, canvas_length: int = 8, **text_overrides):
+    """A tiny random `DiffusionGemmaConfig` (transformers' own class, model_type "diffusion_gemma").
+
+    Text model as REFERENCE.md §15 sizes it (hidden 32, 2 layers: one sliding and the last full attention, 2 heads,
+    1 KV head, head dim 16, MoE with 4 experts of width 32, 2 per token), the vision tower shrunk to one 16-wide layer
+    (left at its defaults it holds most of the parameters), EOS / pad 0 as the tiny tokenizer above. The vocabulary
+    is the tiny tokenizer's 101 tokens plus the three image ids transformers needs (begin, end, placeholder: 101-103,
+    which the tokenizer never produces and skips when decoding). `sliding_window` 512 keeps every tiny prompt + completion inside the window.
+    """
+    from transformers import DiffusionGemmaConfig
+
+    text = {
+        "vocab_size": vocab_size,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "global_head_dim": 16,
+        "sliding_window": 512,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "num_experts": 4,
+        "top_k_experts": 2,
+        "moe_intermediate_size": 32,
+        "max_position_embeddings": 1024,
+        "pad_token_id": 0,
+        "eos_token_id": 0,
+        "bos_token_id": None,
+    }
+    text.update(text_overrides)
+    vision = {
+        "model_type": "gemma4_vision",
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "position_embedding_size": 16,
+        "patch_size": 4,
+    }
+    return DiffusionGemmaConfig(
+        text_config=text,
+        vision_config=vision,
+        canvas_length=canvas_length,
+        boi_token_id=vocab_size - 3,
+        eoi_token_id=vocab_size - 2,
+        image_token_id=vocab_size - 1,
+    )

@@ -556,7 +556,7 @@ def check_model_setup(
     Returns the model's `DiffusionAdapter` (mask, EOS and pad ids resolved and checked) for a diffusion LM, else None.
     """
     from . import safety
-    from .diffusion.adapter import as_diffusion_lm
+    from .diffusion.adapter import NO_MASK_TOKEN, as_diffusion_lm
     from .diffusion.family import get_family
     from .trl_fields import check_model_fields
 
@@ -576,13 +576,14 @@ def check_model_setup(
     check_estimator_memory(args, impl, vocab_size, device)
     # Resolve and validate the mask / EOS / pad ids once (clear errors here, not at step 37).
     adapter = as_diffusion_lm(model, tokenizer=tokenizer, family=family, mask_token_id=args.mask_token_id)
-    safety.check_mask_token_id(
-        args.mask_token_id,
-        adapter.mask_token_id,
-        getattr(getattr(model, "config", None), "mask_token_id", None),
-        getattr(tokenizer, "mask_token_id", None),
-        vocab_size,
-    )
+    if adapter.mask_token_id != NO_MASK_TOKEN:  # a family without a mask token has none to check
+        safety.check_mask_token_id(
+            args.mask_token_id,
+            adapter.mask_token_id,
+            getattr(getattr(model, "config", None), "mask_token_id", None),
+            getattr(tokenizer, "mask_token_id", None),
+            vocab_size,
+        )
     return adapter
 
 
@@ -656,7 +657,10 @@ def check_data_setup(
     autoregressive LM. num_processes: the processes sharing a generation batch. rollout_func / tools: TRL's.
     """
     from . import safety
+    from .diffusion.adapter import NO_MASK_TOKEN
 
+    if mask_token_id == NO_MASK_TOKEN:  # a family without a mask token: no prompt token to refuse
+        mask_token_id = None
     max_positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     datasets = [("train_dataset", train_dataset)]
     for key, part in eval_dataset.items() if isinstance(eval_dataset, dict) else [(None, eval_dataset)]:

@@ -150,7 +150,9 @@ class DiffusionAdapter:
         kwargs = {}
         if attention_mask is not None:
             expected = (input_ids.shape[0], n if window_start is None else attention_mask.shape[1])
-            if tuple(attention_mask.shape) != expected or (window_start is not None and window_start + n > expected[1]):
+            if tuple(attention_mask.shape) != expected or (
+                window_start is not None and window_start + n > expected[1]
+            ):
                 raise ValueError(
                     f"attention_mask shape {tuple(attention_mask.shape)} must equal input_ids shape "
                     f"{tuple(input_ids.shape)} (or cover the whole canvas with a windowed cache)."
@@ -215,6 +217,10 @@ class DiffusionAdapter:
         )
 
 
+# The mask id of a family without a mask token (`DiffusionFamily.mask_free`): no token id equals it.
+NO_MASK_TOKEN = -1
+
+
 def as_diffusion_lm(
     model: nn.Module,
     tokenizer=None,
@@ -248,6 +254,10 @@ def as_diffusion_lm(
     get_family(family)  # raises for an unknown name
 
     explicit_mask = mask_token_id is not None
+    if getattr(get_family(family), "mask_free", False):  # uniform-noise corruption (DiffusionGemma): no mask token
+        if explicit_mask and mask_token_id != NO_MASK_TOKEN:
+            raise ValueError(f"mask_token_id={mask_token_id}: {family} models have no mask token; remove it.")
+        mask_token_id = NO_MASK_TOKEN
     if mask_token_id is None:
         config_mask = getattr(config, "mask_token_id", None)
         tokenizer_mask = getattr(tokenizer, "mask_token_id", None) if tokenizer is not None else None

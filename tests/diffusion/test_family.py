@@ -14,7 +14,7 @@ from stabledrl_trl.diffusion.sampler import generate
 
 
 def test_the_built_in_families_are_registered_in_detection_order():
-    assert list(FAMILIES) == ["llada", "dream", "sdar", "llada2", "masked_lm"]
+    assert list(FAMILIES) == ["llada", "dream", "sdar", "llada2", "masked_lm", "diffusion_gemma"]
     for name, family in FAMILIES.items():
         assert isinstance(family, DiffusionFamily) and family.name == name and get_family(name) is family
     # the fallback (any transformers masked LM) is tried last

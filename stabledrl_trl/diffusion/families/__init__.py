@@ -11,3 +11,6 @@ from . import (
     masked_lm,  # noqa: F401  (any transformers masked LM, tried last)
     sdar,  # noqa: F401  (SDAR / TraDo)
 )
+
+# isort: split
+from . import diffusion_gemma  # noqa: F401  (DiffusionGemma; registered after the masked families)
