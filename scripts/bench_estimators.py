@@ -60,8 +60,7 @@ def rollouts(model, tokenizer, prompts, canvas: int, seed: int):
     """One rollout per prompt with LLaDA's sampler (one block of `canvas`, one token per step, temperature 0.9)."""
     import torch
 
-    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
-    from stabledrl_trl.diffusion.family import get_family
+    from stabledrl_trl.diffusion.family import as_diffusion_lm, get_family
     from stabledrl_trl.evaluation import left_pad, render_prompt
 
     adapter = as_diffusion_lm(model, tokenizer=tokenizer)

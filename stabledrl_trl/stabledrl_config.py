@@ -10,8 +10,16 @@ from dataclasses import dataclass, field
 from transformers.utils import logging
 from trl import GRPOConfig
 
+from .checks import check_config_values, short_repr
 from .diffusion.dream_sampler import DREAM_ALGORITHMS
-from .validation import check_config_values, short_repr
+from .diffusion.sampler_settings import (  # noqa: F401  (the layout rule, importable from here as before)
+    OFFICIAL_BLOCK_LENGTH,
+    OFFICIAL_TOKENS_PER_STEP,
+    _is_int,
+    check_diffusion_layout,
+    resolve_diffusion_layout,
+    sampler_default,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -180,27 +188,27 @@ class StableDRLConfig(GRPOConfig):
         },
     )
     remasking: str = field(
-        default="low_confidence", metadata={"help": "Which masked positions to reveal: 'low_confidence' or 'random'."}
+        default=sampler_default("remasking"), metadata={"help": "Which masked positions to reveal: 'low_confidence' or 'random'."}
     )
-    cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
+    cfg_scale: float = field(default=sampler_default("cfg_scale"), metadata={"help": "Classifier-free guidance scale (0 = off)."})
 
     # ---- Fast rollouts: approximate, opt-in decoding modes of LLaDA's sampler (defaults are exact; README) ----
     rollout_cache: str = field(
-        default="none",
+        default=sampler_default("rollout_cache"),
         metadata={
             "help": "Key/value reuse during rollouts (LLaDA only): 'none' (exact), 'prefix' (Fast-dLLM prefix cache: "
             "prompt and earlier blocks refreshed once per block) or 'dual' (also the masked suffix). Approximate."
         },
     )
     parallel_threshold: float | None = field(
-        default=None,
+        default=sampler_default("parallel_threshold"),
         metadata={
             "help": "Confidence-threshold parallel decoding: each step also reveals every masked position of the "
             "block whose confidence exceeds this (Fast-dLLM uses 0.9). None keeps LLaDA's fixed schedule. Approximate."
         },
     )
     max_tokens_per_step: int | None = field(
-        default=None,
+        default=sampler_default("max_tokens_per_step"),
         metadata={
             "help": "Cap on the positions parallel_threshold reveals in one step (the schedule's own count is "
             "always allowed); None = no cap. Needs parallel_threshold."
@@ -209,7 +217,7 @@ class StableDRLConfig(GRPOConfig):
 
     # ---- Sampler choice and Dream's sampler (Dream-v0 / DiffuCoder `diffusion_generate`) ----
     diffusion_sampler: str = field(
-        default="auto",
+        default=sampler_default("diffusion_sampler"),
         metadata={
             "help": "Rollout sampler of a diffusion LM: 'auto' (the family's own: Dream's for Dream / DiffuCoder, "
             "LLaDA's otherwise; block-diffusion models always use their own), 'llada' (semi-autoregressive blocks; "
@@ -218,7 +226,7 @@ class StableDRLConfig(GRPOConfig):
         },
     )
     dream_alg: str = field(
-        default="entropy",
+        default=sampler_default("dream_alg"),
         metadata={
             "help": "Dream sampler: which masked positions to reveal, one of "
             f"{list(DREAM_ALGORITHMS)}. 'entropy' (lowest entropy first) is what Dream's README and DiffuCoder use; "
@@ -226,14 +234,14 @@ class StableDRLConfig(GRPOConfig):
         },
     )
     dream_alg_temp: float = field(
-        default=0.0,
+        default=sampler_default("dream_alg_temp"),
         metadata={
             "help": "Dream sampler: 0 reveals the most confident positions; > 0 draws them from "
             "softmax(confidence / dream_alg_temp)."
         },
     )
     dream_eps: float = field(
-        default=1e-3,
+        default=sampler_default("dream_eps"),
         metadata={"help": "Dream sampler: final time of the schedule t = linspace(1, eps, steps + 1), in [0, 1)."},
     )
 
@@ -338,14 +346,14 @@ class StableDRLConfig(GRPOConfig):
     # ---- Block diffusion (SDAR, TraDo): rollouts of block-causal models (their block size is the model's
     # config.block_size; temperature, top_k and top_p are GRPOConfig's fields)
     block_denoising_steps: int | None = field(
-        default=None,
+        default=sampler_default("block_denoising_steps"),
         metadata={
             "help": "Denoising steps per block for block-diffusion models (SDAR, TraDo); None = the model's block "
             "size (one token per step at least, SDAR's and TraceRL's setting)."
         },
     )
     block_remasking: str = field(
-        default="low_confidence_dynamic",
+        default=sampler_default("block_remasking"),
         metadata={
             "help": "Block-diffusion reveal rule: 'low_confidence_dynamic' (every token above "
             "block_confidence_threshold, at least the step's scheduled count; TraceRL's rollouts) or "
@@ -353,7 +361,7 @@ class StableDRLConfig(GRPOConfig):
         },
     )
     block_confidence_threshold: float = field(
-        default=0.9,
+        default=sampler_default("block_confidence_threshold"),
         metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
     )
     # ---- Run safety: non-finite steps, the output folder, checkpoint formats ----
@@ -389,7 +397,7 @@ class StableDRLConfig(GRPOConfig):
 
     # ---- Reward text: what the reward functions grade ----
     reward_text: str = field(
-        default="completion",
+        default=sampler_default("reward_text"),
         metadata={
             "help": "Text the reward functions receive as `completions`: 'completion' (TRL's: the completion up to "
             "and including the first EOS, decoded without special tokens) or 'canvas' (the official StableDRL "
@@ -669,82 +677,8 @@ class StableDRLConfig(GRPOConfig):
             check_sampler_settings(self, self.diffusion_sampler)
 
 
-# --------------------------------------------------------------------------- drop-in helpers (used above)
-
-OFFICIAL_BLOCK_LENGTH = 32
-OFFICIAL_TOKENS_PER_STEP = 2  # 256 positions in 128 steps
-
-
-def resolve_diffusion_layout(
-    max_completion_length: int, block_length: int | None, diffusion_steps: int | None, check: bool = True
-) -> tuple[int, int]:
-    """Fill unset `block_length` / `diffusion_steps` from `max_completion_length` and check the layout.
-
-    block_length None: 32 (official) when it divides L = max_completion_length, else the largest divisor of L <= 32.
-    diffusion_steps None: L / 2 (the official 2 tokens per step), rounded down to a multiple of the number of blocks
-    L / block_length, and at least one step per block; never more steps than positions.
-    `check=False` fills the defaults but leaves a layout the user set explicitly unchecked (for a model that may be
-    autoregressive); `check_diffusion_layout` checks it later. Messages use the config's field names.
-    """
-    length = max_completion_length
-    if length is None:  # TRL's "no limit" for autoregressive models; the trainer refuses it for a dLLM
-        return block_length, diffusion_steps
-    if not _is_int(length) or length < 1:
-        raise ValueError(f"max_completion_length must be a positive integer, got {length!r}.")
-    if block_length is None:
-        block_length = max(d for d in range(1, min(OFFICIAL_BLOCK_LENGTH, length) + 1) if length % d == 0)
-    if diffusion_steps is None and _is_int(block_length) and block_length >= 1 and length % block_length == 0:
-        num_blocks = length // block_length
-        diffusion_steps = num_blocks * max(1, length // OFFICIAL_TOKENS_PER_STEP // num_blocks)
-    if check:
-        check_diffusion_layout(length, block_length, diffusion_steps)
-    return block_length, diffusion_steps
-
-
-def check_diffusion_layout(max_completion_length: int, block_length, diffusion_steps) -> None:
-    """Raise a ValueError naming the config field, its value and the fix for a layout the sampler cannot run."""
-    length = max_completion_length
-    if length is None:
-        raise ValueError(
-            "max_completion_length=None: a diffusion LM decodes a fixed canvas of max_completion_length positions; "
-            "set it (the official StableDRL recipe uses 256)."
-        )
-    if not _is_int(block_length) or block_length < 1:
-        raise ValueError(f"block_length must be a positive integer (or None for the default), got {block_length!r}.")
-    if length % block_length != 0:
-        divisors = [d for d in range(1, length + 1) if length % d == 0 and d <= OFFICIAL_BLOCK_LENGTH]
-        raise ValueError(
-            f"block_length={block_length} must divide max_completion_length={length} (every block has the same "
-            f"length). Set block_length to a divisor of {length} (e.g. {divisors[-1]}), leave it unset for that "
-            f"default, or change max_completion_length to a multiple of {block_length}."
-        )
-    num_blocks = length // block_length
-    if diffusion_steps is None:
-        raise ValueError("diffusion_steps is None; leave both block_length and diffusion_steps unset, or set both.")
-    if not _is_int(diffusion_steps) or diffusion_steps < 1:
-        raise ValueError(
-            f"diffusion_steps must be a positive integer (or None for the default), got {diffusion_steps!r}."
-        )
-    if diffusion_steps % num_blocks != 0:
-        raise ValueError(
-            f"diffusion_steps={diffusion_steps} must be a multiple of the number of blocks max_completion_length / "
-            f"block_length = {length} / {block_length} = {num_blocks} (steps are split evenly across blocks); use "
-            f"e.g. diffusion_steps={num_blocks * max(1, diffusion_steps // num_blocks)}, or leave it unset."
-        )
-    if diffusion_steps > length:
-        raise ValueError(
-            f"diffusion_steps={diffusion_steps} is more than max_completion_length={length}: a step reveals at "
-            f"least one position, so at most {length} steps can do anything. Use diffusion_steps <= {length} "
-            f"(the official ratio is {length // OFFICIAL_TOKENS_PER_STEP or 1}), or leave it unset."
-        )
-
-
 # Fields whose None has a documented TRL meaning although their default is not None.
 NONE_ALLOWED = ("max_completion_length",)  # no limit: transformers' generation config decides (autoregressive only)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_field_types(config) -> None:

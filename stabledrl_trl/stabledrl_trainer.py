@@ -32,9 +32,9 @@ from trl.trainer.utils import (
 )
 
 from . import multinode, safety
-from .diffusion.adapter import as_diffusion_lm, unwrap_model
+from .diffusion.adapter import unwrap_model
 from .diffusion.estimators import estimator_standard_error
-from .diffusion.family import detect_family, get_family
+from .diffusion.family import as_diffusion_lm, detect_family, get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
     SEQUENCE_INPUT,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..family import register_family
+from .base import register_family
 from .llada import MaskedDiffusionFamily
 
 

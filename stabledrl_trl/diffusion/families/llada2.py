@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..family import register_family
+from .base import register_family
 from .sdar import BlockDiffusionFamily
 
 
