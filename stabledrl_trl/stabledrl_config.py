@@ -12,6 +12,8 @@ from trl import GRPOConfig
 
 from .checks import check_config_values, short_repr
 from .diffusion.dream_sampler import DREAM_ALGORITHMS
+from .diffusion.estimators import ESTIMATOR_SPECS
+from .diffusion.sampler import CACHE_MODES
 from .diffusion.sampler_settings import (  # noqa: F401  (the layout rule, importable from here as before)
     OFFICIAL_BLOCK_LENGTH,
     OFFICIAL_TOKENS_PER_STEP,
@@ -20,28 +22,26 @@ from .diffusion.sampler_settings import (  # noqa: F401  (the layout rule, impor
     resolve_diffusion_layout,
     sampler_default,
 )
+from .objectives import (
+    OBJECTIVES,
+    TOKEN_INPUT,
+    TRL_ALWAYS_TOKEN,
+    TRL_LOSS_TYPES,
+    config_ratio_input,
+    known_loss_types,
+    needs_whole_groups,
+)
 
 logger = logging.get_logger(__name__)
 
 # (loss_type, importance_sampling_level, stable_drl_ratio_form, KL) pairs whose automatic mask_seed_mode was reported.
 _REPORTED_AUTO_MASK_MODES: set = set()
 
-# Loss types implemented in this package; TRL's own loss types keep working as baselines.
-OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
-TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
+# The package's loss types are the objectives registry (`objectives.OBJECTIVES`); TRL's own loss types keep working
+# as baselines. `OWN_LOSS_TYPES` / `GROUP_NORMALISED_LOSS_TYPES` stay importable (see `__getattr__` below).
 REWARD_TEXTS = ("completion", "canvas")
-ESTIMATOR_NAMES = (
-    "mean_field",
-    "mc_elbo",
-    "mc_elbo_inv_t",
-    "block_random",
-    "block_random_coupled",
-    "coupled",
-    "sdmc",
-    "sdmc_coupled",
-)
-SANDWICH_ESTIMATORS = ("block_random", "block_random_coupled")  # SPG's EUBO is defined on block-random masks
+# The estimators are the registry `diffusion.estimators.ESTIMATOR_SPECS`; `ESTIMATOR_NAMES` / `SANDWICH_ESTIMATORS`
+# stay importable (see `__getattr__` below).
 
 # GRPOConfig defaults this config changes, with the reason. Listed in the README too.
 CHANGED_GRPO_DEFAULTS = {
@@ -249,7 +249,7 @@ class StableDRLConfig(GRPOConfig):
     likelihood_estimator: str = field(
         default="block_random",
         metadata={
-            "help": f"Sequence likelihood estimator, one of {list(ESTIMATOR_NAMES)}. 'block_random' is the "
+            "help": f"Sequence likelihood estimator, one of {list(ESTIMATOR_SPECS)}. 'block_random' is the "
             "official StableDRL (SPG) estimator and 'block_random_coupled' its low-variance form (complementary "
             "masks inside the chosen block, same expectation); 'mean_field' is d1's one-step estimator; 'sdmc' / "
             "'sdmc_coupled' are Gauss-Legendre quadratures over the masking level (sdmc_nodes)."
@@ -411,7 +411,7 @@ class StableDRLConfig(GRPOConfig):
         check_config_values(self, _type_hints(type(self)))  # bools, finite floats in range, positive step counts
         self._check_trainable_run()
         # Layout checks first: TRL's own check on the same numbers gives a less specific message.
-        if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
+        if needs_whole_groups(self.loss_type):
             if self.num_generations < 2:
                 raise ValueError(
                     f"num_generations={self.num_generations}: loss_type={self.loss_type!r} normalises over the "
@@ -427,13 +427,13 @@ class StableDRLConfig(GRPOConfig):
                     "gradient_accumulation_steps for a larger batch."
                 )
         super().__post_init__()
-        known = OWN_LOSS_TYPES + TRL_LOSS_TYPES
+        known = known_loss_types()
         if self.loss_type not in known:
             raise ValueError(f"loss_type={self.loss_type!r} is not known; choose one of {list(known)}.")
-        if self.likelihood_estimator not in ESTIMATOR_NAMES:
+        if self.likelihood_estimator not in ESTIMATOR_SPECS:
             raise ValueError(
                 f"likelihood_estimator={self.likelihood_estimator!r} is not known; choose one of "
-                f"{list(ESTIMATOR_NAMES)}."
+                f"{list(ESTIMATOR_SPECS)}."
             )
         if self.mask_seed_mode not in (None, "fresh", "shared"):
             raise ValueError(f"mask_seed_mode={self.mask_seed_mode!r}; choose 'fresh', 'shared' or None (auto).")
@@ -441,10 +441,15 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"remasking={self.remasking!r}; choose 'low_confidence' or 'random'.")
         if self.clip_c <= 1.0:
             raise ValueError(f"clip_c={self.clip_c} must be > 1 (the upper bound on the importance weight); use 5.0.")
-        eps_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
-        for name, value in (("epsilon", self.epsilon), ("epsilon_high", eps_high)):
-            if not 0.0 < value < 1.0 and self.loss_type in ("stable_drl_ratio", "dgpo"):
-                raise ValueError(f"{name}={value} must be in (0, 1) for loss_type={self.loss_type!r}; use 0.2.")
+        objective = OBJECTIVES.get(self.loss_type)  # None for TRL's loss types
+        missing = [name for name in (objective.settings if objective else ()) if not hasattr(self, name)]
+        if missing:
+            raise ValueError(
+                f"loss_type={self.loss_type!r} declares settings {missing} that are not StableDRLConfig fields; "
+                "register_objective(settings=...) lists config field names (add a field to a config subclass)."
+            )
+        if objective is not None and objective.check is not None:
+            objective.check(self)  # the objective's own settings (e.g. epsilon in (0, 1) for ratio clipping)
         self._check_estimator_samples()
         if self.p_mask_prompt is not None and not 0.0 <= self.p_mask_prompt < 1.0:
             raise ValueError(f"p_mask_prompt={self.p_mask_prompt} must be in [0, 1) (or None for the default).")
@@ -453,9 +458,10 @@ class StableDRLConfig(GRPOConfig):
         if self.estimator_block_size < 1:
             raise ValueError(f"estimator_block_size={self.estimator_block_size} must be >= 1.")
         if self.sandwich:
-            if self.loss_type != "stable_drl":
-                raise ValueError(f"sandwich=True needs loss_type='stable_drl' (got {self.loss_type!r}).")
-            if self.likelihood_estimator not in SANDWICH_ESTIMATORS:
+            if objective is None or not objective.supports_sandwich:
+                supporting = " or ".join(repr(name) for name, spec in OBJECTIVES.items() if spec.supports_sandwich)
+                raise ValueError(f"sandwich=True needs loss_type={supporting} (got {self.loss_type!r}).")
+            if not ESTIMATOR_SPECS[self.likelihood_estimator].sandwich:
                 raise ValueError(
                     f"sandwich=True needs likelihood_estimator='block_random' or 'block_random_coupled' (got "
                     f"{self.likelihood_estimator!r}): SPG's EUBO is defined on block-random masks."
@@ -466,7 +472,7 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(f"sandwich_omega={self.sandwich_omega} must be in [0, 1]; SPG uses 0.5.")
         if self.dgpo_n <= 0 or self.dgpo_m <= 0:
             raise ValueError(f"dgpo_n={self.dgpo_n} and dgpo_m={self.dgpo_m} must be > 0; defaults are 1 and 2.")
-        if self.rollout_cache not in ("none", "prefix", "dual"):
+        if self.rollout_cache not in CACHE_MODES:
             raise ValueError(
                 f"rollout_cache={self.rollout_cache!r}; choose 'none' (exact), 'prefix' or 'dual' (approximate)."
             )
@@ -529,52 +535,54 @@ class StableDRLConfig(GRPOConfig):
     @property
     def num_mc_samples(self) -> int:
         """Forward passes per completion of one estimate: `mc_samples`, or the estimator's default when unset."""
-        from .diffusion.estimators import default_num_samples
-
         if self.mc_samples is not None:
             return self.mc_samples
-        return default_num_samples(self.likelihood_estimator, self.sdmc_nodes or 3)
+        spec = ESTIMATOR_SPECS[self.likelihood_estimator]
+        return spec.default_num_samples(spec.option_values(self))
 
     def _check_estimator_samples(self) -> None:
         """mc_samples and sdmc_nodes against the estimator: a value the estimator would ignore or cannot use fails."""
         name, k, nodes = self.likelihood_estimator, self.mc_samples, self.sdmc_nodes
-        sdmc = name in ("sdmc", "sdmc_coupled")
-        if nodes is not None:
-            if not sdmc:
+        spec = ESTIMATOR_SPECS[name]
+        for option_field in _unset_estimator_option_fields():  # e.g. sdmc_nodes: an option of some estimators only
+            value = getattr(self, option_field)
+            if value is not None and option_field not in spec.options.values():
+                owners = " or ".join(repr(n) for n, s in ESTIMATOR_SPECS.items() if option_field in s.options.values())
                 raise ValueError(
-                    f"sdmc_nodes={nodes} is an option of likelihood_estimator='sdmc' or 'sdmc_coupled', not of "
-                    f"{name!r}; remove it or choose one of those estimators."
+                    f"{option_field}={value} is an option of likelihood_estimator={owners}, not of {name!r}; remove it "
+                    "or choose one of those estimators."
                 )
-            if not 1 <= nodes <= 5:
-                raise ValueError(f"sdmc_nodes={nodes} must be in [1, 5] (Gauss-Legendre nodes over t); GDPO uses 3.")
+        if nodes is not None and not 1 <= nodes <= 5:
+            raise ValueError(f"sdmc_nodes={nodes} must be in [1, 5] (Gauss-Legendre nodes over t); GDPO uses 3.")
         if k is None:
             return
         if k < 1:
             raise ValueError(f"mc_samples={k} must be >= 1 (or None for the estimator's default).")
-        if name == "mean_field" and k > 1:
+        if spec.max_samples is not None and k > spec.max_samples:
             raise ValueError(
-                f"mc_samples={k} with likelihood_estimator='mean_field': the one-step estimator masks every completion "
-                "token and takes exactly one forward pass, so further samples would be ignored. Set mc_samples=1 or "
-                "leave it unset (null), or choose a Monte-Carlo estimator (e.g. 'block_random') for more samples."
+                f"mc_samples={k} with likelihood_estimator={name!r}: {spec.max_samples_reason}. Set "
+                f"mc_samples={spec.max_samples} or leave it unset (null), or choose a Monte-Carlo estimator (e.g. "
+                "'block_random') for more samples."
             )
-        if name in ("coupled", "block_random_coupled") and k % 2:
+        if spec.even_samples and k % 2:
             raise ValueError(
                 f"mc_samples={k} must be even for likelihood_estimator={name!r} (each mask and its complement); "
                 f"use mc_samples={k + 1}."
             )
-        if sdmc:
-            unit = (nodes or 3) * (2 if name == "sdmc_coupled" else 1)
-            if k % unit:
-                raise ValueError(
-                    f"mc_samples={k} must be a multiple of {unit} for likelihood_estimator={name!r} with sdmc_nodes="
-                    f"{nodes or 3} (one pass per node{' and half pair' if name == 'sdmc_coupled' else ''}); use "
-                    f"mc_samples={unit * max(1, round(k / unit))} or leave it unset."
-                )
+        options = spec.option_values(self)
+        unit = spec.passes_per_unit(options)
+        if k % unit:
+            setting = ", ".join(f"{f}={options[o]}" for o, f in spec.options.items())
+            half = " and half pair" if "nodes" in options and unit == 2 * options["nodes"] else ""
+            per = f"one pass per node{half}" if "nodes" in options else f"{unit} passes per unit"
+            raise ValueError(
+                f"mc_samples={k} must be a multiple of {unit} for likelihood_estimator={name!r}"
+                + (f" with {setting}" if setting else "")
+                + f" ({per}); use mc_samples={unit * max(1, round(k / unit))} or leave it unset."
+            )
 
     def _check_ratio_pairing(self):
         """Pick `mask_seed_mode` when unset, and refuse objective / mask pairings whose ratios are mask noise."""
-        from .objectives import TOKEN_INPUT, ratio_input
-
         for name, value, allowed in (
             ("stable_drl_ratio_form", self.stable_drl_ratio_form, ("mean", "sum")),
             ("eos_tail", self.eos_tail, ("visible", "masked")),
@@ -586,10 +594,12 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(
                 f"all_clipped_patience={self.all_clipped_patience} must be >= 0 (0 disables the warning)."
             )
-        consumes = ratio_input(self.loss_type, self.importance_sampling_level, self.stable_drl_ratio_form)
+        objective = OBJECTIVES.get(self.loss_type)  # None for TRL's loss types
+        consumes = config_ratio_input(self)
         per_token = consumes == TOKEN_INPUT or self.beta != 0.0  # TRL's KL term is per token too
         if self.mask_seed_mode is None:
-            self.mask_seed_mode = "fresh" if (self.loss_type == "stable_drl" and self.beta == 0.0) else "shared"
+            fresh = objective is not None and objective.auto_mask_seed_mode == "fresh" and self.beta == 0.0
+            self.mask_seed_mode = "fresh" if fresh else "shared"
             key = (self.loss_type, self.importance_sampling_level, self.stable_drl_ratio_form, self.beta != 0.0)
             if key not in _REPORTED_AUTO_MASK_MODES:
                 _REPORTED_AUTO_MASK_MODES.add(key)
@@ -614,10 +624,10 @@ class StableDRLConfig(GRPOConfig):
             fixes = [
                 "mask_seed_mode='shared' (or None: auto)",
             ]
-            if self.loss_type not in ("dgpo", "stable_drl_ratio") and self.loss_type != "vespo" and self.beta == 0.0:
+            if self.loss_type in TRL_LOSS_TYPES and self.loss_type not in TRL_ALWAYS_TOKEN and self.beta == 0.0:
                 fixes.append("importance_sampling_level='sequence' (the paper's GRPO baseline: exp(L_theta - L_old))")
-            if self.loss_type == "stable_drl_ratio":
-                fixes.append("stable_drl_ratio_form='mean' (exp(L_theta - L_old))")
+            if objective is not None and objective.sequence_fix:
+                fixes.append(objective.sequence_fix)
             fixes.append("allow_noisy_token_ratios=True to run it anyway, e.g. in a stability study")
             raise ValueError(
                 f"loss_type={self.loss_type!r} (importance_sampling_level={self.importance_sampling_level!r}) "
@@ -718,3 +728,25 @@ def _type_hints(cls) -> dict:
     import typing
 
     return typing.get_type_hints(cls)
+
+
+def _unset_estimator_option_fields() -> list[str]:
+    """Config fields that are options of some estimators and default to None (unset), e.g. sdmc_nodes."""
+    fields = StableDRLConfig.__dataclass_fields__
+    declared = dict.fromkeys(f for spec in ESTIMATOR_SPECS.values() for f in spec.options.values())
+    return [f for f in declared if f in fields and fields[f].default is None]
+
+
+def __getattr__(name: str):
+    """`OWN_LOSS_TYPES` (every registered objective), `GROUP_NORMALISED_LOSS_TYPES` (those normalising over whole
+    groups), `ESTIMATOR_NAMES` (every registered estimator) and `SANDWICH_ESTIMATORS` (those SPG's sandwich accepts),
+    read from the registries when asked, so they include objectives and estimators registered later."""
+    if name == "ESTIMATOR_NAMES":
+        return tuple(ESTIMATOR_SPECS)
+    if name == "SANDWICH_ESTIMATORS":
+        return tuple(n for n, spec in ESTIMATOR_SPECS.items() if spec.sandwich)
+    if name == "OWN_LOSS_TYPES":
+        return tuple(OBJECTIVES)
+    if name == "GROUP_NORMALISED_LOSS_TYPES":
+        return tuple(n for n, spec in OBJECTIVES.items() if spec.whole_groups)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import time
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -37,18 +38,20 @@ from .diffusion.estimators import estimator_standard_error
 from .diffusion.family import as_diffusion_lm, detect_family, get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
 from .objectives import (
+    OBJECTIVES,
     SEQUENCE_INPUT,
     PolicyLossInputs,
     add_kl_penalty,
     aggregate_loss,
+    config_ratio_input,
     equal_reward_groups,
-    get_objective,
-    ratio_input,
+    get_objective_spec,
+    needs_whole_groups,
     trl_applied_weights,
     weight_by_advantage_sign,
 )
 from .scoring_context import ScoringContext
-from .stabledrl_config import GROUP_NORMALISED_LOSS_TYPES, OWN_LOSS_TYPES, StableDRLConfig, autoregressive_defaults
+from .stabledrl_config import StableDRLConfig, autoregressive_defaults
 from .validation import (
     check_data_setup,
     check_inputs_before_loading,
@@ -812,7 +815,7 @@ class StableDRLTrainer(GRPOTrainer):
             start = self.accelerator.process_index * n_local
             bad = scoring.nonfinite_reward_rows[start : start + n_local].to(output["advantages"].device)
             bad = bad | ~torch.isfinite(output["advantages"]) | (output["advantages"].abs() > safety.OVERFLOW_LIMIT)
-            if self.loss_type in OWN_LOSS_TYPES:
+            if self.loss_type in OBJECTIVES:
                 output["advantages"] = torch.where(bad, torch.nan, output["advantages"])
             self._metrics[mode]["stabledrl/nonfinite_rewards"].append(float(scoring.nonfinite_reward_rows.sum()))
             scoring.nonfinite_reward_rows = None
@@ -846,7 +849,7 @@ class StableDRLTrainer(GRPOTrainer):
                     self._ref_logps(ids, attn, c, (_STREAM_ITER, gen_step, j)) for j in range(1, self.num_iterations)
                 ]
                 output["ref_per_token_logps_iters"] = torch.stack(refs, dim=1)  # (B, I, C)
-        elif self.loss_type in OWN_LOSS_TYPES and "old_per_token_logps" not in output:
+        elif self.loss_type in OBJECTIVES and "old_per_token_logps" not in output:
             # Official StableDRL: the old policy is scored once, right after generation, with its own masks.
             output["old_per_token_logps"] = score(self.model, (_STREAM_OLD, gen_step))
         return output
@@ -912,17 +915,17 @@ class StableDRLTrainer(GRPOTrainer):
                 # Fresh masks per inner step, the same for every micro-batch and process of that step, so a row's
                 # masks do not depend on where the layout puts it.
                 self._scoring.mask_stream = (_STREAM_STEP, self.state.global_step, j)
-        if self.loss_type not in OWN_LOSS_TYPES:
+        if self.loss_type not in OBJECTIVES:
             loss = super()._compute_loss(model, inputs)
         else:
             loss = self._compute_own_loss(model, inputs)
-        if self.is_diffusion and self.loss_type not in GROUP_NORMALISED_LOSS_TYPES:
+        if self.is_diffusion and not needs_whole_groups(self.loss_type):
             self._log_ratio_max(inputs)
-        if self.is_diffusion and self.loss_type not in OWN_LOSS_TYPES:
+        if self.is_diffusion and self.loss_type not in OBJECTIVES:
             self._log_trl_weights(inputs)
         if self.is_diffusion:
             self._log_estimator_noise(inputs)
-        if self.model.training and self.loss_type not in OWN_LOSS_TYPES:
+        if self.model.training and self.loss_type not in OBJECTIVES:
             self._note_trl_clipping()
         return loss
 
@@ -1007,7 +1010,7 @@ class StableDRLTrainer(GRPOTrainer):
             return  # on-policy: every ratio is exactly 1
         mask = inputs["completion_mask"].bool()  # (B, C)
         log_r = self._scoring.last_estimate.token_logps.detach() - old  # (B, C)
-        level = ratio_input(self.loss_type, self.args.importance_sampling_level, self.args.stable_drl_ratio_form)
+        level = config_ratio_input(self.args)
         if level == SEQUENCE_INPUT:
             log_r = ((log_r * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]  # (B, 1)
             mask = mask.any(-1, keepdim=True)
@@ -1082,6 +1085,7 @@ class StableDRLTrainer(GRPOTrainer):
         g = self.num_generations if mode == "train" else self.num_generations_eval
         estimate = self._scoring.last_estimate
         args = self.args
+        objective = get_objective_spec(self.loss_type)
         x = PolicyLossInputs(
             per_token_logps=per_token_logps,
             old_per_token_logps=old,
@@ -1089,16 +1093,20 @@ class StableDRLTrainer(GRPOTrainer):
             mask=mask,
             group_size=g,
             eubo=None if estimate is None else estimate.eubo,
-            clip_c=args.clip_c,
-            epsilon_low=self.epsilon_low,
-            epsilon_high=self.epsilon_high,
-            stable_drl_ratio_form=args.stable_drl_ratio_form,
-            sandwich=args.sandwich,
-            sandwich_omega=args.sandwich_omega,
-            dgpo_n=args.dgpo_n,
-            dgpo_m=args.dgpo_m,
+            settings=MappingProxyType(objective.settings_of(args)),  # the config fields it declares, read-only
         )
-        out = get_objective(self.loss_type)(x)
+        out = objective.fn(x)
+        if out.level != objective.level:
+            raise ValueError(
+                f"objective {self.loss_type!r} is registered with level={objective.level!r} but returned "
+                f"level={out.level!r}; register it with the level its unit_loss has."
+            )
+        missing = [k for k in objective.statistics if k != "clip_frac" and k not in out.stats]
+        if missing:
+            raise KeyError(
+                f"objective {self.loss_type!r} declares the statistics {missing} but its stats hold "
+                f"{sorted(out.stats)}; return them or leave them out of register_objective(statistics=...)."
+            )
         out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
         if out.level == "group":  # mean over the groups of the optimiser step
             accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
@@ -1112,8 +1120,9 @@ class StableDRLTrainer(GRPOTrainer):
         clip_keys = [k for k in logged if k.endswith("clip_frac")]  # e.g. clip_frac; dgpo: low_ and high_clip_frac
         if mode == "train" and clip_keys:
             self._scoring.note_clipping(sum(logged[k] for k in clip_keys))
-        applied = out.stats["applied_weight"]
-        self._log_applied_weights(mode, applied, advantages, mask if applied.dim() == 2 else None)
+        if "applied_weight" in objective.statistics:
+            applied = out.stats["applied_weight"]
+            self._log_applied_weights(mode, applied, advantages, mask if applied.dim() == 2 else None)
         return loss
 
     def _add_kl(self, out, inputs, per_token_logps, old, mask, group_size, mode):

@@ -276,9 +276,9 @@ def _warn_unused_diffusion_fields(args) -> None:
 def _check_router_aux_loss(args, model, is_diffusion: bool, router_aux_loss_coef: float | None) -> None:
     """A mixture-of-experts model whose router auxiliary loss TRL would add (`router_aux_loss_coef` not None) but
     which a diffusion LM's estimator or the package's own objectives leave out: it would be silently ignored."""
-    from .stabledrl_config import OWN_LOSS_TYPES
+    from .objectives import OBJECTIVES
 
-    if router_aux_loss_coef is not None and (is_diffusion or args.loss_type in OWN_LOSS_TYPES):
+    if router_aux_loss_coef is not None and (is_diffusion or args.loss_type in OBJECTIVES):
         where = "a diffusion LM's estimator" if is_diffusion else f"loss_type={args.loss_type!r}"
         raise ValueError(
             f"router_aux_loss_coef={router_aux_loss_coef}: {type(model).__name__} is a mixture-of-experts "
@@ -365,9 +365,9 @@ def _check_generation_batch(args, train_dataset, num_processes: int) -> None:
 
 def _check_eval_layout(args, eval_dataset) -> None:
     """An eval batch that splits groups, for a loss type that normalises whole groups."""
-    from .stabledrl_config import GROUP_NORMALISED_LOSS_TYPES
+    from .objectives import needs_whole_groups
 
-    if eval_dataset is not None and args.loss_type in GROUP_NORMALISED_LOSS_TYPES:
+    if eval_dataset is not None and needs_whole_groups(args.loss_type):
         g = args.num_generations_eval or args.num_generations  # as TRL's num_generations_eval
         if args.per_device_eval_batch_size % g != 0:
             raise ValueError(

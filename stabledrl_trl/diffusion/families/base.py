@@ -23,7 +23,7 @@ from torch import Tensor
 from ..adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
 from ..dream_sampler import generate as dream_generate
 from ..dream_sampler import validate_dream_sampler_args
-from ..estimators import LikelihoodEstimate, default_num_samples, estimator_cost
+from ..estimators import LikelihoodEstimate, default_num_samples, estimator_cost, get_estimator_spec
 from ..sampler import SamplerOutput, validate_sampler_args
 from ..sampler import generate as llada_generate
 from ..sampler_settings import resolve_diffusion_layout, sampler_default
@@ -230,13 +230,9 @@ def check_sampler_settings(args, sampler: str) -> None:
 
 
 def estimator_options(args) -> dict:
-    """The estimator's own keyword arguments under `args`: block_size for the block-random estimators, nodes for sdmc."""
-    name = args.likelihood_estimator
-    if name in ("block_random", "block_random_coupled"):
-        return {"block_size": args.estimator_block_size}
-    if name in ("sdmc", "sdmc_coupled"):
-        return {"nodes": getattr(args, "sdmc_nodes", None) or 3}
-    return {}
+    """The estimator's own keyword arguments under `args`, as it declares them (`register_estimator(options=...)`):
+    block_size for the block-random estimators, nodes for sdmc (a config field left None: the estimator's default)."""
+    return get_estimator_spec(args.likelihood_estimator).option_values(args)
 
 
 class DiffusionFamily:
@@ -379,13 +375,11 @@ class DiffusionFamily:
         """Monte-Carlo mask samples per estimate under `args`: mc_samples, or the estimator's default when unset."""
         if getattr(args, "mc_samples", None) is not None:
             return args.mc_samples
-        return default_num_samples(args.likelihood_estimator, estimator_options(args).get("nodes", 3))
+        return default_num_samples(args.likelihood_estimator, **estimator_options(args))
 
     def estimator_passes(self, args) -> int:
         """Forward passes per completion for one estimate under `args` (logged as stabledrl/estimator_passes)."""
-        return estimator_cost(
-            args.likelihood_estimator, self.num_mc_samples(args), estimator_options(args).get("nodes", 3)
-        )
+        return estimator_cost(args.likelihood_estimator, self.num_mc_samples(args), **estimator_options(args))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
