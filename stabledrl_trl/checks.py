@@ -7,6 +7,7 @@ and the scripts all use them (one definition each) without importing each other.
   mapping) of at most MAX_STRING_FIELD characters, every float field (inherited ones included) a finite number
   within its range (`FLOAT_RANGES`), `reward_weights` finite numbers, and the integer fields the step layout relies on
   are at least their minimum (`INT_MINIMUMS`); the message names the field, the value and the valid range.
+- `check_field_types(config, hints)`: integer fields hold integers, float fields numbers, None only where allowed.
 - `check_float(name, value, ...)`: one finite number in a range.
 - `load_yaml_checked(path)`: a YAML mapping with duplicate keys refused (naming the key and both lines) and values
   that expand to more than `MAX_YAML_NODES` nodes through aliases refused before anything prints them.
@@ -187,6 +188,45 @@ def check_config_values(config, hints: dict) -> None:
             )
         for i, w in enumerate(weights):
             check_float(f"reward_weights[{i}]", w, advice="one finite weight per reward function")
+
+
+# Fields whose None has a documented TRL meaning although their default is not None.
+NONE_ALLOWED = ("max_completion_length",)  # no limit: transformers' generation config decides (autoregressive only)
+
+
+def check_field_types(config, hints: dict | None = None) -> None:
+    """Integer fields must hold integers (YAML gives `8.0`, `[8]` or `null` unchanged); floats accept integers.
+
+    None is accepted only where the field's default is None (there it has a documented meaning) or the field is in
+    NONE_ALLOWED. `hints` maps field names to their resolved annotations (None: read from the config's class).
+    """
+    if hints is None:
+        hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        hint = hints.get(f.name)
+        if hint is None or not f.init:
+            continue
+        args = set(typing.get_args(hint)) or {hint}
+        value = getattr(config, f.name)
+        kinds = args - {type(None)}
+        if kinds not in ({int}, {float}):
+            continue
+        if value is None:
+            if type(None) in args and (f.default is None or f.name in NONE_ALLOWED):
+                continue
+            raise TypeError(
+                f"{f.name}=None: this field needs {'an integer' if kinds == {int} else 'a number'}; remove the line "
+                f"to keep the default {f.default!r}."
+            )
+        if kinds == {int} and not _is_int(value):
+            fix = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
+            raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be an integer{fix}.")
+        if kinds == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be a number.")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_torch_dtype(name: str) -> bool:

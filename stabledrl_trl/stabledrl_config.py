@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 from transformers.utils import logging
 from trl import GRPOConfig
 
-from .checks import check_config_values, short_repr
+from .checks import NONE_ALLOWED, check_config_values, check_field_types, short_repr  # noqa: F401
 from .diffusion.dream_sampler import DREAM_ALGORITHMS
 from .diffusion.estimators import ESTIMATOR_SPECS
-from .diffusion.sampler import CACHE_MODES
 from .diffusion.sampler_settings import (  # noqa: F401  (the layout rule, importable from here as before)
     OFFICIAL_BLOCK_LENGTH,
     OFFICIAL_TOKENS_PER_STEP,
+    REWARD_TEXTS,
     _is_int,
     check_diffusion_layout,
+    check_sampler_values,
     resolve_diffusion_layout,
     sampler_default,
 )
@@ -39,7 +40,6 @@ _REPORTED_AUTO_MASK_MODES: set = set()
 
 # The package's loss types are the objectives registry (`objectives.OBJECTIVES`); TRL's own loss types keep working
 # as baselines. `OWN_LOSS_TYPES` / `GROUP_NORMALISED_LOSS_TYPES` stay importable (see `__getattr__` below).
-REWARD_TEXTS = ("completion", "canvas")
 # The estimators are the registry `diffusion.estimators.ESTIMATOR_SPECS`; `ESTIMATOR_NAMES` / `SANDWICH_ESTIMATORS`
 # stay importable (see `__getattr__` below).
 
@@ -76,8 +76,8 @@ class _UnsetTemperature(float):
         return (_UnsetTemperature, (float(self),))
 
 
-DIFFUSION_COMPLETION_LENGTH = _UnsetLength(256)
-DIFFUSION_TEMPERATURE = _UnsetTemperature(0.9)
+DIFFUSION_COMPLETION_LENGTH = _UnsetLength(sampler_default("max_completion_length"))
+DIFFUSION_TEMPERATURE = _UnsetTemperature(sampler_default("temperature"))
 # The official StableDRL rollout settings only serve diffusion rollouts: left unset, an autoregressive model gets
 # GRPOConfig's defaults instead. (loss_type and scale_rewards serve the objective, for every model.)
 _ROLLOUT_DEFAULTS = {"max_completion_length": (_UnsetLength, 512), "temperature": (_UnsetTemperature, 1.0)}
@@ -407,7 +407,7 @@ class StableDRLConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        check_field_types(self)
+        check_field_types(self, _type_hints(type(self)))
         # bools, finite floats in range (checks.FLOAT_RANGES: every float field's range is checked there, once),
         # positive step counts
         check_config_values(self, _type_hints(type(self)))
@@ -439,8 +439,6 @@ class StableDRLConfig(GRPOConfig):
             )
         if self.mask_seed_mode not in (None, "fresh", "shared"):
             raise ValueError(f"mask_seed_mode={self.mask_seed_mode!r}; choose 'fresh', 'shared' or None (auto).")
-        if self.remasking not in ("low_confidence", "random"):
-            raise ValueError(f"remasking={self.remasking!r}; choose 'low_confidence' or 'random'.")
         objective = OBJECTIVES.get(self.loss_type)  # None for TRL's loss types
         missing = [name for name in (objective.settings if objective else ()) if not hasattr(self, name)]
         if missing:
@@ -460,50 +458,13 @@ class StableDRLConfig(GRPOConfig):
                 supporting = " or ".join(repr(name) for name, spec in OBJECTIVES.items() if spec.supports_sandwich)
                 raise ValueError(f"sandwich=True needs loss_type={supporting} (got {self.loss_type!r}).")
             if not ESTIMATOR_SPECS[self.likelihood_estimator].sandwich:
+                accepted = " or ".join(repr(n) for n, spec in ESTIMATOR_SPECS.items() if spec.sandwich)
                 raise ValueError(
-                    f"sandwich=True needs likelihood_estimator='block_random' or 'block_random_coupled' (got "
+                    f"sandwich=True needs likelihood_estimator={accepted} (got "
                     f"{self.likelihood_estimator!r}): SPG's EUBO is defined on block-random masks."
                 )
-        if self.rollout_cache not in CACHE_MODES:
-            raise ValueError(
-                f"rollout_cache={self.rollout_cache!r}; choose 'none' (exact), 'prefix' or 'dual' (approximate)."
-            )
-        if self.max_tokens_per_step is not None:
-            if self.max_tokens_per_step < 1:
-                raise ValueError(f"max_tokens_per_step={self.max_tokens_per_step} must be >= 1 or None (no cap).")
-            if self.parallel_threshold is None:
-                raise ValueError(
-                    f"max_tokens_per_step={self.max_tokens_per_step} caps confidence-threshold decoding only; set "
-                    "parallel_threshold (e.g. 0.9) or leave max_tokens_per_step=None."
-                )
-        # Sampler layout: unset block_length / diffusion_steps get defaults that fit max_completion_length; a layout
-        # set explicitly is checked where LLaDA's sampler may run (not for diffusion=False: an autoregressive model
-        # never uses these fields; not for Dream's block-free sampler). The trainer checks again once it knows the
-        # model's sampler.
-        self.block_length, self.diffusion_steps = resolve_diffusion_layout(
-            self.max_completion_length,
-            self.block_length,
-            self.diffusion_steps,
-            check=self.diffusion is not False and self.diffusion_sampler != "dream",
-        )
-        # before the samplers' own checks, so the message is the field's and not one sampler's
-        if self.top_k is not None and self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
-        self._check_sampler_choice()
-        if self.reward_text not in REWARD_TEXTS:
-            raise ValueError(
-                f"reward_text={self.reward_text!r}; choose 'completion' (the text up to the first EOS) or 'canvas' "
-                "(the whole decoded generation canvas, as the official StableDRL code grades it)."
-            )
-        # Block diffusion (SDAR, TraDo)
-        from .diffusion.block_sampler import REMASKING_STRATEGIES
-
-        if self.block_remasking not in REMASKING_STRATEGIES:
-            raise ValueError(f"block_remasking={self.block_remasking!r}; choose one of {list(REMASKING_STRATEGIES)}.")
-        if self.block_denoising_steps is not None and self.block_denoising_steps < 1:
-            raise ValueError(
-                f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
-            )
+        # the sampler settings (the same checks `SamplerSettings.from_fields` runs); fills the length-derived layout
+        self.block_length, self.diffusion_steps = check_sampler_values(self, diffusion=self.diffusion)
         self._check_ratio_pairing()
         from .trl_fields import check_config_fields
 
@@ -635,69 +596,6 @@ class StableDRLConfig(GRPOConfig):
                 "(the official StableDRL recipe uses 0.9) unless this is an evaluation-only run.",
                 stacklevel=3,
             )
-
-    # ---- Sampler choice and Dream's sampler ----
-    def _check_sampler_choice(self) -> None:
-        """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
-        ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
-        from .diffusion.dream_sampler import validate_dream_sampler_args
-        from .diffusion.family import SAMPLERS, check_sampler_settings
-
-        if self.diffusion_sampler != "auto" and self.diffusion_sampler not in SAMPLERS:
-            raise ValueError(
-                f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler) or one "
-                f"of {' / '.join(repr(name) for name in SAMPLERS)}."
-            )
-        if self.diffusion is False or self.max_completion_length is None:
-            return  # an autoregressive model reads none of the diffusion samplers' settings
-        validate_dream_sampler_args(
-            gen_length=self.max_completion_length,
-            steps=self.diffusion_steps,
-            alg=self.dream_alg,
-            alg_temp=self.dream_alg_temp,
-            eps=self.dream_eps,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k if self.top_k else None,
-        )
-        if self.diffusion_sampler in SAMPLERS:
-            check_sampler_settings(self, self.diffusion_sampler)
-
-
-# Fields whose None has a documented TRL meaning although their default is not None.
-NONE_ALLOWED = ("max_completion_length",)  # no limit: transformers' generation config decides (autoregressive only)
-
-
-def check_field_types(config) -> None:
-    """Integer fields must hold integers (YAML gives `8.0`, `[8]` or `null` unchanged); floats accept integers.
-
-    None is accepted only where the field's default is None (there it has a documented meaning).
-    """
-    import dataclasses
-    import typing
-
-    hints = _type_hints(type(config))
-    for f in dataclasses.fields(config):
-        hint = hints.get(f.name)
-        if hint is None or not f.init:
-            continue
-        args = set(typing.get_args(hint)) or {hint}
-        value = getattr(config, f.name)
-        kinds = args - {type(None)}
-        if kinds not in ({int}, {float}):
-            continue
-        if value is None:
-            if type(None) in args and (f.default is None or f.name in NONE_ALLOWED):
-                continue
-            raise TypeError(
-                f"{f.name}=None: this field needs {'an integer' if kinds == {int} else 'a number'}; remove the line "
-                f"to keep the default {f.default!r}."
-            )
-        if kinds == {int} and not _is_int(value):
-            fix = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
-            raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be an integer{fix}.")
-        if kinds == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be a number.")
 
 
 @functools.lru_cache(maxsize=None)

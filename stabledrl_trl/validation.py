@@ -12,7 +12,8 @@ Layers, in the order they run; the one function that runs each, and what it may 
 
 1. config: `StableDRLConfig.__post_init__` (stabledrl_config.py). The fields alone: types, ranges and combinations
    of fields, and the TRL fields refused by loss type; through the generic helpers of `checks.py` (`check_config_values`,
-   `check_float`). `SamplerSettings.from_fields` (scripts/evaluate.py's sampler flags) builds a config to run it.
+   `check_float`). `SamplerSettings.from_fields` (scripts/evaluate.py's sampler flags) runs the
+   same sampler checks (`sampler_settings.check_sampler_values`) without building a config.
 2. inputs before loading: `check_inputs_before_loading(model, args, kwargs)`. The config (checked), the model as
    given (a path, a hub id or a model object) and the datasets, before TRL loads anything: a local path that does
    not exist, a model folder transformers cannot read, pickle-only weights (`check_model_source`, which the scripts

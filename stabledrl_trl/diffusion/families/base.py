@@ -26,7 +26,15 @@ from ..dream_sampler import validate_dream_sampler_args
 from ..estimators import LikelihoodEstimate, default_num_samples, estimator_cost, get_estimator_spec
 from ..sampler import SamplerOutput, validate_sampler_args
 from ..sampler import generate as llada_generate
-from ..sampler_settings import resolve_diffusion_layout, sampler_default
+from ..sampler_settings import (  # noqa: F401  (the sampler-setting checks families run, importable from here)
+    BLOCK_SAMPLER_DEFAULTS,
+    DREAM_SAMPLER_DEFAULTS,
+    FAST_ROLLOUT_DEFAULTS,
+    SAMPLER_NAMES,
+    check_sampler_settings,
+    explicit_layout,
+    fast_rollout_settings,
+)
 
 
 def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
@@ -159,74 +167,16 @@ class RolloutSampler(NamedTuple):
 
 
 # Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects ("auto" = the family's own).
-SAMPLERS: dict[str, RolloutSampler] = {
-    "llada": RolloutSampler(_llada_rollouts, _llada_check, _llada_card),
-    "dream": RolloutSampler(_dream_rollouts, _dream_check, _dream_card),
-}
-
-
-def _config_defaults(*names: str) -> dict:
-    """The defaults of the sampler settings `names` (`SamplerSettings` owns them; the config declares its fields
-    with the same values)."""
-    return {name: sampler_default(name) for name in names}
-
-
-# Defaults of the config fields only Dream's sampler reads.
-DREAM_SAMPLER_DEFAULTS = _config_defaults("dream_alg", "dream_alg_temp", "dream_eps")
-# Fields only the block-diffusion sampler reads.
-BLOCK_SAMPLER_DEFAULTS = _config_defaults("block_denoising_steps", "block_remasking", "block_confidence_threshold")
-# The approximate rollout modes, which only LLaDA's sampler has (the caches only on LLaDA models).
-FAST_ROLLOUT_DEFAULTS = _config_defaults("rollout_cache", "parallel_threshold", "max_tokens_per_step")
-
-
-def fast_rollout_settings(args) -> dict:
-    """The approximate rollout modes `args` turns on (fields of FAST_ROLLOUT_DEFAULTS not at their default)."""
-    return {k: getattr(args, k) for k, v in FAST_ROLLOUT_DEFAULTS.items() if getattr(args, k, v) != v}
-
-
-def explicit_layout(args, names=("block_length", "diffusion_steps")) -> dict:
-    """LLaDA's layout fields of `names` that `args` sets away from the values `max_completion_length` derives (what a
-    sampler without LLaDA's blocks would ignore); a value equal to the derived one cannot be told from unset."""
-    length = getattr(args, "max_completion_length", None)
-    if length is None:
-        return {}
-    derived = dict(zip(("block_length", "diffusion_steps"), resolve_diffusion_layout(length, None, None, check=False)))
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) not in (None, derived[name])}
-
-
-def check_sampler_settings(args, sampler: str) -> None:
-    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
-    if sampler == "dream":
-        layout = explicit_layout(args, names=("block_length",))
-        if layout:
-            raise ValueError(
-                f"{layout}: Dream's sampler decodes the whole completion at once, without LLaDA's blocks, so "
-                "block_length would be ignored; remove it (diffusion_steps sets Dream's steps)."
-            )
-        fast = fast_rollout_settings(args)
-        if fast:
-            raise ValueError(
-                f"{fast} are approximate modes of LLaDA's sampler; Dream's sampler has none. Leave them at their "
-                f"defaults {FAST_ROLLOUT_DEFAULTS} or set diffusion_sampler='llada'."
-            )
-        if args.remasking != "low_confidence":
-            raise ValueError(
-                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
-                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
-            )
-        if args.cfg_scale != 0:
-            raise ValueError(
-                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
-                "diffusion_sampler='llada'."
-            )
-    else:
-        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
-        if changed:
-            raise ValueError(
-                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
-                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
-                f"{DREAM_SAMPLER_DEFAULTS}."
-            )
+SAMPLERS: dict[str, RolloutSampler] = dict(
+    zip(
+        SAMPLER_NAMES,  # ("llada", "dream"), the names the config accepts
+        (
+            RolloutSampler(_llada_rollouts, _llada_check, _llada_card),
+            RolloutSampler(_dream_rollouts, _dream_check, _dream_card),
+        ),
+        strict=True,
+    )
+)
 
 
 def estimator_options(args) -> dict:
