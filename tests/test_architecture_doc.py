@@ -59,7 +59,7 @@ def test_recipes_name_one_or_two_files_each():
 @pytest.mark.parametrize(
     "module, names",
     [
-        ("stabledrl_trl.diffusion.families.base", ["register_family", "DiffusionFamily", "detect_family"]),
+        ("stabledrl_trl.diffusion.family_base", ["register_family", "DiffusionFamily", "detect_family"]),
         ("stabledrl_trl.objectives", ["register_objective", "PolicyLossInputs", "aggregate_loss"]),
         ("stabledrl_trl.diffusion.estimators", ["register_estimator", "SHARED_KEYWORDS", "estimate_likelihood"]),
         ("stabledrl_trl.diffusion.block_estimators", ["staircase_estimate"]),

@@ -97,3 +97,54 @@ def test_every_module_imports_first_in_a_fresh_interpreter(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     failures = json.loads(result.stdout.strip().splitlines()[-1])
     assert failures == {}, "\n\n".join(f"{name}:\n{trace}" for name, trace in failures.items())
+
+
+_CONTRIB_FAMILY = '''
+from ..family import DiffusionFamily, register_family
+from .llada import MaskedDiffusionFamily
+
+assert issubclass(MaskedDiffusionFamily, DiffusionFamily)
+
+
+class ContribFamily(MaskedDiffusionFamily):
+    name = "contrib"
+    label = "a contributed family"
+    model_types = ("contrib_dlm",)
+
+
+register_family(ContribFamily())
+'''
+
+
+@pytest.mark.slow
+def test_a_new_family_module_importing_the_base_from_family_py_imports_first(tmp_path):
+    """A contributed family module in `diffusion/families/` that imports the base class from `diffusion/family.py`
+    and is listed in `families/__init__.py` (on a copy of the package): importing it first, the family module first
+    or the trainer first all work, and the family is registered once."""
+    import shutil
+
+    copy = tmp_path / "stabledrl_trl"
+    shutil.copytree(PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    families = copy / "diffusion" / "families"
+    (families / "contrib.py").write_text(_CONTRIB_FAMILY)
+    init = families / "__init__.py"
+    init.write_text(init.read_text() + "\nfrom . import contrib  # noqa: E402, F401\n")
+    check = (
+        "from stabledrl_trl.diffusion.family import FAMILIES, get_family; "
+        "assert get_family('contrib').label == 'a contributed family' and list(FAMILIES).count('contrib') == 1"
+    )
+    for first in (
+        "stabledrl_trl.diffusion.families.contrib",
+        "stabledrl_trl.diffusion.family",
+        "stabledrl_trl.diffusion.families",
+        "stabledrl_trl.stabledrl_trainer",
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", f"import {first}; {check}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        )
+        assert result.returncode == 0, (first, result.stderr[-3000:])

@@ -638,7 +638,7 @@ def test_reward_error_mid_run_leaves_last_checkpoint_intact(tmp_path):
 
 @pytest.mark.parametrize("reward_text", ["completion", "canvas"])
 def test_rollout_mode_is_used_and_rollout_cost_is_logged(tmp_path, monkeypatch, reward_text):
-    from stabledrl_trl.diffusion.families import base as family_module  # where the samplers are called
+    from stabledrl_trl.diffusion import family_base as family_module  # where the samplers are called
 
     seen = []
     original = family_module.llada_generate
@@ -901,7 +901,7 @@ def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path)
 def test_llada_rollouts_draw_from_the_configured_top_k(tmp_path, monkeypatch):
     """GRPOConfig's top_k / top_p reach LLaDA's sampler: with top_k=1 every draw is the argmax, so at temperature
     0.9 every completion of a prompt equals the greedy one."""
-    from stabledrl_trl.diffusion.families import base as family_module  # where the samplers are called
+    from stabledrl_trl.diffusion import family_base as family_module  # where the samplers are called
 
     seen = []
     llada_generate = family_module.llada_generate

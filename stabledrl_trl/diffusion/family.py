@@ -24,7 +24,7 @@ it, the masked-LM fallback last):
 - `families/llada2.py`, "llada2": LLaDA2 (MoE block diffusion): the same machinery with LLaDA2's generate rules.
 - `families/masked_lm.py`, "masked_lm": any transformers masked LM, as LLaDA.
 What they share (the `DiffusionFamily` interface, the samplers several families can use (`SAMPLERS`), the registry:
-`register_family`, `get_family`, `detect_family`, `detect_family_from_config`) is defined in `families/base.py`,
+`register_family`, `get_family`, `detect_family`, `detect_family_from_config`) is defined in `family_base.py`,
 which imports nothing above it; this module re-exports it, imports the built-in families (so they are registered)
 and builds adapters (`as_diffusion_lm`: the model's family detected, its special ids resolved).
 Autoregressive models have no family: the trainer keeps TRL's generation and exact log-probabilities.
@@ -45,9 +45,9 @@ package names a family.
 
 from __future__ import annotations
 
-from . import families  # noqa: F401  (the built-in families register themselves when imported)
-from .adapter import END_OF_TURN_TOKENS, DiffusionAdapter, as_id_list, unwrap_model
-from .families.base import (  # noqa: F401  (the interface and the registry, importable from here)
+# The interface and the registry first: a family module imported below (or by families/__init__.py) may import
+# these names from this module while it is still being initialised.
+from .family_base import (  # noqa: F401  (the interface and the registry, importable from here)
     BLOCK_SAMPLER_DEFAULTS,
     DREAM_SAMPLER_DEFAULTS,
     FAMILIES,
@@ -68,6 +68,10 @@ from .families.base import (  # noqa: F401  (the interface and the registry, imp
     is_diffusion_model,
     register_family,
 )
+
+# isort: split
+from . import families  # noqa: F401  (the built-in families register themselves when imported)
+from .adapter import END_OF_TURN_TOKENS, DiffusionAdapter, as_id_list, unwrap_model
 from .families.dream import DreamFamily  # noqa: F401
 from .families.llada import MaskedDiffusionFamily  # noqa: F401
 from .families.llada2 import LLaDA2Family  # noqa: F401

@@ -37,7 +37,7 @@ from .dream_sampler import validate_dream_sampler_args
 from .sampler import CACHE_MODES
 
 # The rollout samplers several families share, by the name `diffusion_sampler` selects ("auto": the family's own);
-# `families/base.py` maps each to its run / check / card functions.
+# `family_base.py` maps each to its run / check / card functions.
 SAMPLER_NAMES = ("llada", "dream")
 REWARD_TEXTS = ("completion", "canvas")
 _GRPO_FIELDS = GRPOConfig.__dataclass_fields__

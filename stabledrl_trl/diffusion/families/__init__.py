@@ -1,6 +1,6 @@
 """The built-in model families, one module each; importing this package registers them, in detection order.
 
-A family module defines a `DiffusionFamily` subclass (`families/base.py`, which imports nothing above it) and
+A family module defines a `DiffusionFamily` subclass (`diffusion/family_base.py`, which imports nothing above it) and
 registers one instance with `register_family`; a new family is one more module like these (llada2.py is the shortest
 complete example).
 """

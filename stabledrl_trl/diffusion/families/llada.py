@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..estimators import estimate_likelihood
-from .base import DiffusionFamily, estimator_options, register_family
+from ..family_base import DiffusionFamily, estimator_options, register_family
 
 
 class MaskedDiffusionFamily(DiffusionFamily):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import register_family
+from ..family_base import register_family
 from .sdar import BlockDiffusionFamily
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import register_family
+from ..family_base import register_family
 from .llada import MaskedDiffusionFamily
 
 

@@ -8,8 +8,8 @@ from torch import Tensor
 from ..adapter import DiffusionAdapter, unwrap_model
 from ..block_estimators import StaircaseLogits, staircase_estimate
 from ..block_sampler import block_generate
+from ..family_base import CardSnippet, DiffusionFamily, card_call, estimator_options, register_family
 from ..sampler import SamplerOutput
-from .base import CardSnippet, DiffusionFamily, card_call, estimator_options, register_family
 
 
 class BlockDiffusionFamily(DiffusionFamily):

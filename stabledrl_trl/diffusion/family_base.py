@@ -1,10 +1,11 @@
 """The family interface (`DiffusionFamily`) and the registry, the ground floor of every family module.
 
 This module imports only the layers below it (the adapter, the samplers, the estimators, `SamplerSettings`), never
-`diffusion/family.py`, the config or validation, so a family module that starts with
-`from stabledrl_trl.diffusion.families.base import DiffusionFamily, register_family` (or the same names from
-`diffusion/family.py`, which re-exports them) imports cleanly in a fresh interpreter. See `diffusion/family.py` for
-how the trainer uses a family.
+`diffusion/family.py`, the `families` package, the config or validation, so a family module that starts with
+`from stabledrl_trl.diffusion.family_base import DiffusionFamily, register_family` (or the same names from
+`diffusion/family.py`, which re-exports them) imports cleanly in a fresh interpreter, whichever module is imported
+first. It sits beside the `families` package, not in it, so that importing it never runs `families/__init__.py`
+(which imports every built-in family). See `diffusion/family.py` for how the trainer uses a family.
 
 Contents: the interface (`DiffusionFamily`), the rollout samplers several families share (`SAMPLERS`: LLaDA's,
 Dream's), the model-card snippet helpers (`CardSnippet`, `card_call`), the sampler-setting checks a family runs
@@ -20,13 +21,13 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from ..adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
-from ..dream_sampler import generate as dream_generate
-from ..dream_sampler import validate_dream_sampler_args
-from ..estimators import LikelihoodEstimate, default_num_samples, estimator_cost, get_estimator_spec
-from ..sampler import SamplerOutput, validate_sampler_args
-from ..sampler import generate as llada_generate
-from ..sampler_settings import (  # noqa: F401  (the sampler-setting checks families run, importable from here)
+from .adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
+from .dream_sampler import generate as dream_generate
+from .dream_sampler import validate_dream_sampler_args
+from .estimators import LikelihoodEstimate, default_num_samples, estimator_cost, get_estimator_spec
+from .sampler import SamplerOutput, validate_sampler_args
+from .sampler import generate as llada_generate
+from .sampler_settings import (  # noqa: F401  (the sampler-setting checks families run, importable from here)
     BLOCK_SAMPLER_DEFAULTS,
     DREAM_SAMPLER_DEFAULTS,
     FAST_ROLLOUT_DEFAULTS,
