@@ -229,20 +229,22 @@ SHARED_SAMPLER_FIELDS = (
     "max_completion_length", "temperature", "top_k", "top_p", "block_length", "diffusion_steps", "reward_text",
 )  # fmt: skip
 # StableDRLConfig fields only a diffusion LM reads besides its sampler settings: its likelihood estimator and its
-# special ids.
+# special ids (the estimators' own option fields, e.g. sdmc_nodes, come from the estimators registry).
 DIFFUSION_ESTIMATOR_FIELDS = (
-    "mask_token_id", "likelihood_estimator", "mc_samples", "sdmc_nodes", "p_mask_prompt", "estimator_block_size",
-    "estimator_chunk_size", "eos_tail", "completion_end",
+    "mask_token_id", "likelihood_estimator", "mc_samples", "p_mask_prompt", "estimator_chunk_size", "eos_tail",
+    "completion_end",
 )  # fmt: skip
 
 
 def diffusion_only_fields() -> tuple[str, ...]:
-    """The StableDRLConfig fields only a diffusion LM reads: the `SamplerSettings` fields but the shared ones, and the
-    estimator's."""
+    """The StableDRLConfig fields only a diffusion LM reads: the `SamplerSettings` fields but the shared ones, the
+    estimator's, and every registered estimator's option fields (`register_estimator(options=...)`)."""
+    from .diffusion.estimators import ESTIMATOR_SPECS
     from .diffusion.sampler_settings import SamplerSettings
 
     sampler = [name for name in SamplerSettings.field_names() if name not in SHARED_SAMPLER_FIELDS]
-    return (*sampler, *DIFFUSION_ESTIMATOR_FIELDS)
+    options = dict.fromkeys(f for spec in ESTIMATOR_SPECS.values() for f in spec.options.values())
+    return (*sampler, *DIFFUSION_ESTIMATOR_FIELDS, *(f for f in options if f not in DIFFUSION_ESTIMATOR_FIELDS))
 
 
 def unused_diffusion_fields(args) -> dict:
