@@ -307,7 +307,7 @@ def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenize
         torch.manual_seed(0)
         sdar = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_sdar_config_dict())).eval()
     calls = []
-    from stabledrl_trl.diffusion.families import sdar as sdar_family
+    from stabledrl_trl.diffusion.families import block_causal as sdar_family  # where the block families call it
 
     block_generate = sdar_family.block_generate
 

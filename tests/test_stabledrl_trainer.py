@@ -514,7 +514,7 @@ def test_reward_function_that_raises_names_function_and_sample(tmp_path):
 
 @pytest.mark.parametrize("where", ["current", "old"])
 def test_nonfinite_likelihood_estimate_is_dropped_and_training_continues(tmp_path, monkeypatch, where):
-    import stabledrl_trl.diffusion.families.llada as mod  # the full-attention families call it
+    import stabledrl_trl.diffusion.families.full_attention as mod  # the full-attention families call it
 
     real = mod.estimate_likelihood
 

@@ -23,6 +23,8 @@ it, the masked-LM fallback last):
   with the same masks and estimator forms as the full-attention family.
 - `families/llada2.py`, "llada2": LLaDA2 (MoE block diffusion): the same machinery with LLaDA2's generate rules.
 - `families/masked_lm.py`, "masked_lm": any transformers masked LM, as LLaDA.
+The first three full-attention families build on `families/full_attention.py` (`MaskedDiffusionFamily`), the
+block-diffusion ones on `families/block_causal.py` (`BlockDiffusionFamily`).
 What they share (the `DiffusionFamily` interface, the samplers several families can use (`SAMPLERS`), the registry:
 `register_family`, `get_family`, `detect_family`, `detect_family_from_config`) is defined in `family_base.py`,
 which imports nothing above it; this module re-exports it, imports the built-in families (so they are registered)
@@ -72,11 +74,13 @@ from .family_base import (  # noqa: F401  (the interface and the registry, impor
 # isort: split
 from . import families  # noqa: F401  (the built-in families register themselves when imported)
 from .adapter import END_OF_TURN_TOKENS, DiffusionAdapter, as_id_list, unwrap_model
+from .families.block_causal import BlockDiffusionFamily  # noqa: F401
 from .families.dream import DreamFamily  # noqa: F401
-from .families.llada import MaskedDiffusionFamily  # noqa: F401
+from .families.full_attention import MaskedDiffusionFamily  # noqa: F401
+from .families.llada import LLaDAFamily  # noqa: F401
 from .families.llada2 import LLaDA2Family  # noqa: F401
 from .families.masked_lm import MaskedLMFamily  # noqa: F401
-from .families.sdar import BlockDiffusionFamily  # noqa: F401
+from .families.sdar import SDARFamily  # noqa: F401
 
 
 def as_diffusion_lm(

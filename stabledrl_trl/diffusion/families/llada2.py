@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..family_base import register_family
-from .sdar import BlockDiffusionFamily
+from .block_causal import BlockDiffusionFamily
 
 
 class LLaDA2Family(BlockDiffusionFamily):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..family_base import register_family
-from .llada import MaskedDiffusionFamily
+from .full_attention import MaskedDiffusionFamily
 
 
 class MaskedLMFamily(MaskedDiffusionFamily):
