@@ -89,14 +89,18 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
       normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
       row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
     - `_compute_loss`: the package's objectives, looked up by loss_type in the registry
-      (`objectives.get_objective`) and called with one `PolicyLossInputs`; TRL's own loss types go to TRL's
-      implementation. For every objective
+      (`objectives.get_objective_spec`) and called with one `PolicyLossInputs` (its declared settings as one
+      mapping); TRL's own loss types go to TRL's implementation. For every objective
       it logs the mean applied weight of negative- and positive-advantage samples (`stabledrl/weight_mean_neg_adv`,
       `weight_mean_pos_adv`) and, with fresh masks, the estimator's own noise in L_theta - L_old
       (`stabledrl/estimator_noise_std`); `_calculate_rewards` logs `stabledrl/equal_reward_group_frac`.
     - `training_step`: at the end of each optimiser step, logs `stabledrl/all_clipped` (every sample or token of the
       step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
       consecutive such steps (no learning).
+
+    The per-step diagnostics these hooks log are methods of `diagnostics.TrainerDiagnostics` (a mixin overriding
+    nothing of TRL's); the run guards they raise and install are in `run_guards.py`, the MoE metric in
+    `moe_metrics.py`.
 
     The hooks hand each other per-step state (which masks to draw, the last estimate, the rollout canvases, the rows
     with non-finite rewards, the step's clipping) through one `ScoringContext` (`scoring_context.py`, which documents
