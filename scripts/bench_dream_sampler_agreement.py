@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     import stabledrl_trl  # noqa: F401  (registers Dream)
     from stabledrl_trl.diffusion import dream_sampler, sampler
-    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+    from stabledrl_trl.diffusion.family import as_diffusion_lm
 
     ref = load_file(os.path.join(fixture, "reference.safetensors"))
     with safe_open(os.path.join(fixture, "reference.safetensors"), "pt") as f:

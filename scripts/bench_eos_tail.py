@@ -45,8 +45,7 @@ def measure(model, tokenizer, prompts, args, canvas: int, samples: int, seed: in
     import torch
 
     from stabledrl_trl import StableDRLConfig
-    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
-    from stabledrl_trl.diffusion.family import get_family
+    from stabledrl_trl.diffusion.family import as_diffusion_lm, get_family
     from stabledrl_trl.diffusion.seeding import row_seeds
     from stabledrl_trl.evaluation import left_pad, render_prompt
 

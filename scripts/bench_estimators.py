@@ -38,9 +38,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
-
 from stabledrl_trl import results  # noqa: E402  (after the path insert; a light module: no torch)
+from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
 MARK_START = "<!-- bench_estimators:start -->"
 MARK_END = "<!-- bench_estimators:end -->"
@@ -64,8 +63,7 @@ def rollouts(model, tokenizer, prompts, canvas: int, seed: int):
     """One rollout per prompt with LLaDA's sampler (one block of `canvas`, one token per step, temperature 0.9)."""
     import torch
 
-    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
-    from stabledrl_trl.diffusion.family import get_family
+    from stabledrl_trl.diffusion.family import as_diffusion_lm, get_family
     from stabledrl_trl.evaluation import left_pad, render_prompt
 
     adapter = as_diffusion_lm(model, tokenizer=tokenizer)

@@ -69,7 +69,8 @@ except ImportError:  # run from a checkout without installing: the package sits 
 
 from stabledrl_trl import results
 from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
-from stabledrl_trl.diffusion.adapter import DiffusionAdapter, as_diffusion_lm
+from stabledrl_trl.diffusion.adapter import DiffusionAdapter
+from stabledrl_trl.diffusion.family import as_diffusion_lm
 from stabledrl_trl.diffusion.sampler import (
     _top_k_mask,
     completion_mask_from_ids,
@@ -425,7 +426,7 @@ class CountingAdapter(DiffusionAdapter):
 
     def __init__(self, model, tokenizer):
         base = as_diffusion_lm(model, tokenizer)
-        super().__init__(model, base.family, base.mask_token_id, base.eos_token_ids, base.pad_token_id)
+        super().__init__(model, base.family_object, base.mask_token_id, base.eos_token_ids, base.pad_token_id)
         self.row_forwards = 0
 
     def __call__(self, input_ids, *args, **kwargs):

@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 from tqdm.auto import tqdm
 
-from .diffusion.adapter import DiffusionAdapter, as_diffusion_lm
-from .diffusion.family import get_family
+from .diffusion.adapter import DiffusionAdapter
+from .diffusion.family import as_diffusion_lm
 from .diffusion.sampler_settings import SamplerSettings
 
 
@@ -147,7 +147,7 @@ def evaluate_model(
             "SamplerSettings.from_config(config) or SamplerSettings.from_fields(max_completion_length=..., ...)."
         )
     adapter = model if isinstance(model, DiffusionAdapter) else as_diffusion_lm(model, tokenizer)
-    family = get_family(adapter.family)
+    family = adapter.family_object
     # what the model decides (the sampler "auto" picks, the block size), then the chosen sampler's own arguments
     family.check_rollout_settings(settings, adapter)
     rows = [dict(row) for row in dataset]

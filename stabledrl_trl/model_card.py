@@ -8,6 +8,7 @@ from importlib.metadata import version
 from huggingface_hub import ModelCard, ModelCardData
 
 from .diffusion.sampler_settings import SamplerSettings
+from .objectives import OBJECTIVES
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "model_card.md")
 
@@ -16,28 +17,12 @@ def describe_objective(args) -> tuple[str, str]:
     """(short name, one paragraph) of the objective a config trains with."""
     loss = args.loss_type
     estimator = f"sequence likelihoods estimated with the `{args.likelihood_estimator}` estimator"
-    if loss == "stable_drl":
-        short = "StableDRL (arXiv 2603.06743)"
-        detail = (
-            f"Objective: StableDRL (`loss_type='stable_drl'`): unconditional clipping of the sequence importance "
-            f"weight (log w <- min(log w, log {args.clip_c:g})) and self-normalisation over the "
-            f"{args.num_generations} completions of each prompt (group softmax of the clipped log-weights)"
-        )
-        if args.sandwich:
-            detail += (
-                f", with SPG's sandwich objective for negative advantages (beta={args.sandwich_beta:g}, "
-                f"omega={args.sandwich_omega:g})"
-            )
-    elif loss == "stable_drl_ratio":
-        short = "StableDRL, ratio-level form (arXiv 2603.06743)"
-        detail = (
-            f"Objective: StableDRL at ratio level (`loss_type='stable_drl_ratio'`): every sequence ratio clipped to "
-            f"[1 - {args.epsilon:g}, 1 + {args.epsilon_high if args.epsilon_high is not None else args.epsilon:g}] "
-            f"whatever the advantage's sign, normalised by the sum of the group's clipped ratios"
-        )
-    elif loss == "dgpo":
-        short = "DGPO soft clipping (arXiv 2603.14389), with StableDRLTrainer"
-        detail = f"Objective: DGPO (`loss_type='dgpo'`, n={args.dgpo_n:g}, m={args.dgpo_m:g})"
+    objective = OBJECTIVES.get(loss)
+    if objective is not None and objective.describe is not None:
+        short, detail = objective.describe(args)  # the objective's own words (`register_objective(describe=...)`)
+    elif objective is not None:
+        short = f"the `{loss}` objective (registered with `register_objective`), with StableDRLTrainer"
+        detail = f"Objective: `{loss}` (`loss_type='{loss}'`, {objective.level} level)"
     else:
         short = f"TRL's `{loss}` objective (a GRPO-family baseline), with StableDRLTrainer"
         detail = f"Objective: TRL's `{loss}` loss (beta={args.beta:g})"

@@ -4,10 +4,14 @@ Each objective is a small pure function of tensors: no config object, no trainer
 loss (one value per group for the self-normalised objectives, one per token for DGPO) together with detached
 statistics for logging; `aggregate_loss` alone turns per-unit losses into the scalar that is back-propagated.
 
-The trainer dispatches by name, as verl's `get_policy_loss_fn`: `OBJECTIVES` maps each loss_type to a policy-loss
-entry point taking one `PolicyLossInputs` (per-token log-probs, old log-probs, advantages, mask, group size, EUBO
-and the hyper-parameters as plain values) and returning an `ObjectiveOutput`, whose `level` says how it is
-aggregated and normalised. Registering a new entry with `register_objective` is all the trainer needs.
+The trainer dispatches by name, as verl's `get_policy_loss_fn`: `OBJECTIVES` maps each loss_type to an
+`ObjectiveSpec`: a policy-loss entry point taking one `PolicyLossInputs` (per-token log-probs, old log-probs,
+advantages, mask, group size, EUBO and a `settings` mapping of the config fields it declares) and returning an
+`ObjectiveOutput`, with what it declares: its level (how it is aggregated and normalised), what its ratio is built
+from, the optional statistics it returns, whole groups, sandwich support, a settings check and its model-card text.
+The registry is the one list of the package's objectives: the config's accepted loss types, `trl_fields`'
+refusals, validation, the trainer and the model card all read it, so a new objective is one function registered
+with `@register_objective(...)` in any module imported before the config is built.
 
 Non-finite inputs: a sample whose estimate, old estimate or advantage is NaN or infinite is dropped from its
 group (weight 0, counted in `stats["skipped"]`), never propagated; a group with no finite sample contributes 0.
@@ -21,8 +25,9 @@ Papers:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -48,8 +53,9 @@ class PolicyLossInputs:
     diffusion LM; their masked mean is the sequence estimate), differentiable. old_per_token_logps (B, T): the old
     policy's, detached (equal to the current values, detached, on-policy). advantages (B,): NaN for a dropped sample.
     mask (B, T): the completion tokens scored (1) and padding / tool output (0). group_size: G consecutive rows per
-    prompt. eubo (B,) or None: the estimator's upper bound, when it computes one (SPG's sandwich). The rest are the
-    objectives' hyper-parameters, copied from the config as plain values.
+    prompt. eubo (B,) or None: the estimator's upper bound, when it computes one (SPG's sandwich). settings: the
+    config's values of the fields the objective declares (`register_objective(settings=...)`), as verl's policy
+    losses receive their config: a new setting is a config field and one name in the declaration, no trainer edit.
     """
 
     per_token_logps: torch.Tensor
@@ -58,14 +64,7 @@ class PolicyLossInputs:
     mask: torch.Tensor
     group_size: int
     eubo: torch.Tensor | None = None
-    clip_c: float = 5.0
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.2
-    stable_drl_ratio_form: str = "mean"
-    sandwich: bool = False
-    sandwich_omega: float = 0.5
-    dgpo_n: float = 1.0
-    dgpo_m: float = 2.0
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def sequence_mean(self, x: torch.Tensor) -> torch.Tensor:
         """(B,) masked mean over each row's completion tokens of x (B, T): L(y) from per-token values."""
@@ -77,45 +76,175 @@ class PolicyLossInputs:
 # optimiser step; "token" -> mean over the tokens of the accumulation window (as TRL's `dapo`).
 PolicyLossFn = Callable[[PolicyLossInputs], ObjectiveOutput]
 
-OBJECTIVES: dict[str, PolicyLossFn] = {}
-
-
-def register_objective(name: str):
-    """Decorator: register a `PolicyLossFn` under `name` (a loss_type); the trainer then dispatches to it."""
-
-    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
-        OBJECTIVES[name] = fn
-        return fn
-
-    return wrap
-
-
-def get_objective(name: str) -> PolicyLossFn:
-    """The policy-loss entry point registered for loss_type `name`."""
-    if name not in OBJECTIVES:
-        raise ValueError(f"Unknown objective {name!r}; known objectives: {sorted(OBJECTIVES)}.")
-    return OBJECTIVES[name]
-
-
 # What each objective consumes from the likelihood estimator (see `ratio_input`).
 # SEQUENCE_INPUT: a sequence-level log-weight L_theta(y) - L_old(y), the masked mean of the per-token values;
 # TOKEN_INPUT: per-token log-ratios log pi_theta(y_t) - log pi_old(y_t), one per token (or their sum).
 SEQUENCE_INPUT = "sequence"
 TOKEN_INPUT = "token"
 
+LEVELS = ("group", "token")
+# The optional statistics the trainer reads from `ObjectiveOutput.stats` when an objective declares them:
+# "applied_weight": (B,) or (B, T) multiplier of A grad log pi per unit (logged as weight_mean_neg_adv / _pos_adv);
+# "clip_frac": its clipped fractions ("clip_frac" or "<x>_clip_frac": the all-clipped streak and its warning).
+OPTIONAL_STATISTICS = ("applied_weight", "clip_frac")
+
+# TRL 1.16's own loss types (computed by TRL's `_compute_loss`); a registered objective may not take their names.
+TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """A registered objective and what the rest of the package derives from it (the config, `trl_fields`,
+    validation, the trainer and the model card read these; none keeps its own list of objectives).
+
+    fn: the `PolicyLossFn`. level: "group" (one unit per group of G completions, mean over the step's groups) or
+    "token" (TRL `dapo`'s token mean); the trainer checks the output's level against it. ratio_input: what its
+    importance ratio is built from, `SEQUENCE_INPUT` or `TOKEN_INPUT`, or a function of its settings mapping that
+    returns one. settings: the config fields it reads (they reach it as `PolicyLossInputs.settings`; a GRPOConfig
+    field it does not list, such as epsilon, is refused for it by `trl_fields`). statistics: which of
+    `OPTIONAL_STATISTICS` it returns. whole_groups: it normalises over each prompt's completions, so micro-batches
+    must hold whole groups and num_generations >= 2. supports_sandwich: it reads the EUBO (`sandwich=True`).
+    auto_mask_seed_mode: `mask_seed_mode` when unset and beta = 0. sequence_fix: the setting that makes it consume
+    the sequence log-weight (offered when per-token ratios meet fresh masks). check(config): raises for settings it
+    cannot run with, at config construction. describe(config) -> (short name, paragraph) for the model card.
+    """
+
+    name: str
+    fn: PolicyLossFn
+    level: str
+    ratio_input: str | Callable[[Mapping[str, Any]], str]
+    settings: tuple[str, ...] = ()
+    statistics: tuple[str, ...] = ()
+    whole_groups: bool = False
+    supports_sandwich: bool = False
+    auto_mask_seed_mode: str = "shared"
+    sequence_fix: str = ""
+    check: Callable[[Any], None] | None = None
+    describe: Callable[[Any], tuple[str, str]] | None = None
+
+    def settings_of(self, config) -> dict[str, Any]:
+        """{field: config value} of the settings this objective declares."""
+        return {name: getattr(config, name) for name in self.settings}
+
+    def consumes(self, settings: Mapping[str, Any]) -> str:
+        """`SEQUENCE_INPUT` or `TOKEN_INPUT` under `settings`."""
+        return self.ratio_input(settings) if callable(self.ratio_input) else self.ratio_input
+
+
+# Every objective the package computes, by loss_type; `register_objective` adds one.
+OBJECTIVES: dict[str, ObjectiveSpec] = {}
+
+
+def register_objective(
+    name: str,
+    *,
+    level: str,
+    ratio_input: str | Callable[[Mapping[str, Any]], str] | None = None,
+    settings: tuple[str, ...] = (),
+    statistics: tuple[str, ...] = (),
+    whole_groups: bool | None = None,
+    supports_sandwich: bool = False,
+    auto_mask_seed_mode: str = "shared",
+    sequence_fix: str = "",
+    check: Callable[[Any], None] | None = None,
+    describe: Callable[[Any], tuple[str, str]] | None = None,
+    replace: bool = False,
+):
+    """Decorator: register a `PolicyLossFn` as loss_type `name`, with what it declares (see `ObjectiveSpec`).
+
+    ratio_input defaults to `SEQUENCE_INPUT` for level "group" and `TOKEN_INPUT` for level "token"; whole_groups
+    to level == "group". `StableDRLConfig(loss_type=name)` is then accepted and the trainer dispatches to it; nothing
+    else names it. `replace=True` swaps an objective registered under the same name.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"register_objective needs a non-empty loss_type name, got {name!r}.")
+    if name in TRL_LOSS_TYPES:
+        raise ValueError(
+            f"{name!r} is one of TRL's loss types {list(TRL_LOSS_TYPES)} (computed by TRL); choose another name."
+        )
+    if name in OBJECTIVES and not replace:
+        raise ValueError(
+            f"an objective named {name!r} is already registered; choose another name or pass replace=True."
+        )
+    if level not in LEVELS:
+        raise ValueError(f"level={level!r} for objective {name!r}; choose one of {list(LEVELS)}.")
+    if ratio_input is None:
+        ratio_input = SEQUENCE_INPUT if level == "group" else TOKEN_INPUT
+    if not callable(ratio_input) and ratio_input not in (SEQUENCE_INPUT, TOKEN_INPUT):
+        raise ValueError(
+            f"ratio_input={ratio_input!r} for objective {name!r}; choose {SEQUENCE_INPUT!r}, {TOKEN_INPUT!r} or a "
+            "function of the settings returning one."
+        )
+    unknown = sorted(set(statistics) - set(OPTIONAL_STATISTICS))
+    if unknown:
+        raise ValueError(
+            f"statistics {unknown} of objective {name!r} are not read by the trainer; the optional statistics are "
+            f"{list(OPTIONAL_STATISTICS)} (any other scalar in stats is logged as stabledrl/<key> anyway)."
+        )
+    if auto_mask_seed_mode not in ("fresh", "shared"):
+        raise ValueError(
+            f"auto_mask_seed_mode={auto_mask_seed_mode!r} for objective {name!r}; choose 'fresh' or 'shared'."
+        )
+
+    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
+        OBJECTIVES[name] = ObjectiveSpec(
+            name=name,
+            fn=fn,
+            level=level,
+            ratio_input=ratio_input,
+            settings=tuple(settings),
+            statistics=tuple(statistics),
+            whole_groups=level == "group" if whole_groups is None else whole_groups,
+            supports_sandwich=supports_sandwich,
+            auto_mask_seed_mode=auto_mask_seed_mode,
+            sequence_fix=sequence_fix,
+            check=check,
+            describe=describe,
+        )
+        return fn
+
+    return wrap
+
+
+def get_objective_spec(name: str) -> ObjectiveSpec:
+    """The registered objective `name` with its declarations."""
+    if name not in OBJECTIVES:
+        raise ValueError(f"Unknown objective {name!r}; known objectives: {sorted(OBJECTIVES)}.")
+    return OBJECTIVES[name]
+
+
+def get_objective(name: str) -> PolicyLossFn:
+    """The policy-loss entry point registered for loss_type `name`."""
+    return get_objective_spec(name).fn
+
+
+def own_loss_types() -> tuple[str, ...]:
+    """The loss types this package computes: every registered objective, in registration order."""
+    return tuple(OBJECTIVES)
+
+
+def known_loss_types() -> tuple[str, ...]:
+    """Every loss_type the config accepts: the registered objectives, then TRL's."""
+    return own_loss_types() + TRL_LOSS_TYPES
+
+
+def needs_whole_groups(loss_type: str) -> bool:
+    """Whether `loss_type` normalises over each prompt's completions (micro-batches of whole groups)."""
+    return loss_type in OBJECTIVES and OBJECTIVES[loss_type].whole_groups
+
+
 # TRL 1.16 loss types and what they consume at importance_sampling_level="token". "vespo" builds its sequence weight
 # from the *sum* of per-token log-ratios whatever the level; every other TRL loss at level "sequence" takes the masked
 # mean of the per-token log-ratios, which is L_theta - L_old for the estimators here.
-_TRL_ALWAYS_TOKEN = ("vespo",)
+TRL_ALWAYS_TOKEN = ("vespo",)
 
 
 def ratio_input(loss_type: str, importance_sampling_level: str = "token", stable_drl_ratio_form: str = "mean") -> str:
     """What an objective's importance ratio is built from: `SEQUENCE_INPUT` or `TOKEN_INPUT`.
 
-    - "stable_drl": log w = L_theta - L_old, sequence level (the official StableDRL weight).
-    - "stable_drl_ratio": form "mean" uses exp(L_theta - L_old), the length-normalised sequence ratio (sequence
-      level); form "sum" uses exp(sum_t of per-token log-ratios) (token level).
-    - "dgpo": per-token ratios.
+    - a registered objective: what it declares (`ObjectiveSpec.ratio_input`), e.g. "stable_drl": the sequence
+      log-weight L_theta - L_old; "stable_drl_ratio": form "mean" exp(L_theta - L_old) (sequence), form "sum"
+      exp(sum_t of per-token log-ratios) (token); "dgpo": per-token ratios.
     - TRL's losses: per-token ratios at importance_sampling_level "token", the sequence log-weight at "sequence"
       (TRL averages the per-token log-ratios over the completion mask, i.e. L_theta - L_old); "vespo" always sums
       per-token log-ratios.
@@ -124,15 +253,23 @@ def ratio_input(loss_type: str, importance_sampling_level: str = "token", stable
     estimate (of the sequence log-likelihood per token). Per-token log-ratios are therefore meaningful only when the
     old and the current policy are scored on the same masks; the sequence log-weight is meaningful with any masks.
     """
-    if loss_type == "stable_drl":
-        return SEQUENCE_INPUT
-    if loss_type == "stable_drl_ratio":
-        if stable_drl_ratio_form not in ("mean", "sum"):
-            raise ValueError(f"stable_drl_ratio_form={stable_drl_ratio_form!r}; choose 'mean' or 'sum'.")
-        return SEQUENCE_INPUT if stable_drl_ratio_form == "mean" else TOKEN_INPUT
-    if loss_type == "dgpo" or loss_type in _TRL_ALWAYS_TOKEN:
+    if loss_type in OBJECTIVES:
+        settings = {
+            "importance_sampling_level": importance_sampling_level,
+            "stable_drl_ratio_form": stable_drl_ratio_form,
+        }
+        return OBJECTIVES[loss_type].consumes(settings)
+    if loss_type in TRL_ALWAYS_TOKEN:
         return TOKEN_INPUT
     return SEQUENCE_INPUT if importance_sampling_level == "sequence" else TOKEN_INPUT
+
+
+def config_ratio_input(config) -> str:
+    """`ratio_input` under a config: its loss_type with the settings that objective declares."""
+    spec = OBJECTIVES.get(config.loss_type)
+    if spec is not None:
+        return spec.consumes(spec.settings_of(config))
+    return ratio_input(config.loss_type, config.importance_sampling_level)
 
 
 def group_mean_advantages(rewards: torch.Tensor, group_size: int, scale: bool = False) -> torch.Tensor:
@@ -326,46 +463,124 @@ def dgpo_loss(
 # ------------------------------------------------------------------ registered entry points (one per loss_type)
 
 
-@register_objective("stable_drl")
+def _check_epsilons_in_unit_interval(config) -> None:
+    """The ratio-clipping objectives need 0 < epsilon, epsilon_high < 1 (a bound at or below 0 would clip every
+    ratio to a non-positive value)."""
+    eps_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
+    for name, value in (("epsilon", config.epsilon), ("epsilon_high", eps_high)):
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"{name}={value} must be in (0, 1) for loss_type={config.loss_type!r}; use 0.2.")
+
+
+def _describe_stable_drl(config) -> tuple[str, str]:
+    detail = (
+        f"Objective: StableDRL (`loss_type='stable_drl'`): unconditional clipping of the sequence importance "
+        f"weight (log w <- min(log w, log {config.clip_c:g})) and self-normalisation over the "
+        f"{config.num_generations} completions of each prompt (group softmax of the clipped log-weights)"
+    )
+    if config.sandwich:
+        detail += (
+            f", with SPG's sandwich objective for negative advantages (beta={config.sandwich_beta:g}, "
+            f"omega={config.sandwich_omega:g})"
+        )
+    return "StableDRL (arXiv 2603.06743)", detail
+
+
+@register_objective(
+    "stable_drl",
+    level="group",
+    ratio_input=SEQUENCE_INPUT,
+    settings=("clip_c", "sandwich", "sandwich_omega"),
+    statistics=("applied_weight", "clip_frac"),
+    supports_sandwich=True,
+    auto_mask_seed_mode="fresh",  # the official StableDRL setting: the old policy scored once on its own masks
+    describe=_describe_stable_drl,
+)
 def stable_drl_policy_loss(x: PolicyLossInputs) -> ObjectiveOutput:
     """`stable_drl_loss` on the sequence estimates L = masked mean of the per-token values; with `sandwich` and an
-    EUBO, J_i is SPG's sandwich (`spg_sandwich`)."""
+    EUBO, J_i is SPG's sandwich (`spg_sandwich`). Settings: clip_c, sandwich, sandwich_omega."""
+    s = x.settings
     seq = x.sequence_mean(x.per_token_logps)  # (B,)
     objective = None
-    if x.sandwich and x.eubo is not None:
-        objective = spg_sandwich(seq, x.eubo, x.advantages, x.sandwich_omega)
+    if s.get("sandwich", False) and x.eubo is not None:
+        objective = spg_sandwich(seq, x.eubo, x.advantages, s.get("sandwich_omega", 0.5))
     return stable_drl_loss(
         seq,
         x.sequence_mean(x.old_per_token_logps),
         x.advantages,
         x.group_size,
-        clip_c=x.clip_c,
+        clip_c=s.get("clip_c", 5.0),
         objective_logps=objective,
     )
 
 
-@register_objective("stable_drl_ratio")
+def _stable_drl_ratio_input(settings: Mapping[str, Any]) -> str:
+    form = settings.get("stable_drl_ratio_form", "mean")
+    if form not in ("mean", "sum"):
+        raise ValueError(f"stable_drl_ratio_form={form!r}; choose 'mean' or 'sum'.")
+    return SEQUENCE_INPUT if form == "mean" else TOKEN_INPUT
+
+
+def _describe_stable_drl_ratio(config) -> tuple[str, str]:
+    high = config.epsilon_high if config.epsilon_high is not None else config.epsilon
+    return "StableDRL, ratio-level form (arXiv 2603.06743)", (
+        f"Objective: StableDRL at ratio level (`loss_type='stable_drl_ratio'`): every sequence ratio clipped to "
+        f"[1 - {config.epsilon:g}, 1 + {high:g}] "
+        f"whatever the advantage's sign, normalised by the sum of the group's clipped ratios"
+    )
+
+
+@register_objective(
+    "stable_drl_ratio",
+    level="group",
+    ratio_input=_stable_drl_ratio_input,
+    settings=("epsilon", "stable_drl_ratio_form"),
+    statistics=("applied_weight", "clip_frac"),
+    sequence_fix="stable_drl_ratio_form='mean' (exp(L_theta - L_old))",
+    check=_check_epsilons_in_unit_interval,
+    describe=_describe_stable_drl_ratio,
+)
 def stable_drl_ratio_policy_loss(x: PolicyLossInputs) -> ObjectiveOutput:
     """`stable_drl_ratio_loss` on log rho = L_theta - L_old (form "mean") or the sum of per-token log-ratios ("sum");
-    epsilon is `epsilon_low`."""
+    epsilon is the config's `epsilon`. Settings: epsilon, stable_drl_ratio_form."""
+    s = x.settings
     seq_log_ratio = ((x.per_token_logps - x.old_per_token_logps) * x.mask).sum(-1)  # (B,)
-    if x.stable_drl_ratio_form == "mean":
+    if s.get("stable_drl_ratio_form", "mean") == "mean":
         seq_log_ratio = seq_log_ratio / x.mask.sum(-1).clamp(min=1)
-    return stable_drl_ratio_loss(seq_log_ratio, x.advantages, x.group_size, epsilon=x.epsilon_low)
+    return stable_drl_ratio_loss(seq_log_ratio, x.advantages, x.group_size, epsilon=s.get("epsilon", 0.2))
 
 
-@register_objective("dgpo")
+def _describe_dgpo(config) -> tuple[str, str]:
+    return (
+        "DGPO soft clipping (arXiv 2603.14389), with StableDRLTrainer",
+        f"Objective: DGPO (`loss_type='dgpo'`, n={config.dgpo_n:g}, m={config.dgpo_m:g})",
+    )
+
+
+@register_objective(
+    "dgpo",
+    level="token",
+    ratio_input=TOKEN_INPUT,
+    settings=("epsilon", "epsilon_high", "dgpo_n", "dgpo_m"),
+    statistics=("applied_weight", "clip_frac"),
+    check=_check_epsilons_in_unit_interval,
+    describe=_describe_dgpo,
+)
 def dgpo_policy_loss(x: PolicyLossInputs) -> ObjectiveOutput:
-    """`dgpo_loss` on the per-token values, token level."""
+    """`dgpo_loss` on the per-token values, token level. Settings: epsilon, epsilon_high (None: epsilon, as TRL),
+    dgpo_n, dgpo_m."""
+    s = x.settings
+    epsilon_low = s.get("epsilon", 0.2)
+    epsilon_high = s.get("epsilon_high")
     return dgpo_loss(
         x.per_token_logps,
         x.old_per_token_logps,
         x.advantages,
         x.mask,
-        epsilon_low=x.epsilon_low,
-        epsilon_high=x.epsilon_high,
-        n=x.dgpo_n,
-        m=x.dgpo_m,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_low if epsilon_high is None else epsilon_high,
+        n=s.get("dgpo_n", 1.0),
+        m=s.get("dgpo_m", 2.0),
     )
 
 

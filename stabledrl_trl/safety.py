@@ -15,7 +15,7 @@ import shutil
 
 import torch
 
-from .validation import short_repr
+from .checks import short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -454,7 +454,7 @@ def make_trl_parser(dataclass_types, description: str | None = None, prog: str |
         def parse_args_and_config(self, args=None, *a, **k):
             import sys
 
-            from .validation import load_yaml_checked
+            from .checks import load_yaml_checked
 
             argv = list(args) if args is not None else sys.argv[1:]
             if "--config" in argv and argv.index("--config") + 1 < len(argv):

@@ -224,8 +224,8 @@ class MaskedDiffusionSFTConfig(TrainingArguments):
     def __post_init__(self):
         import typing
 
+        from .checks import check_config_values
         from .stabledrl_config import check_field_types
-        from .validation import check_config_values
 
         check_field_types(self)  # integer fields hold integers
         check_config_values(self, typing.get_type_hints(type(self)))  # bools, finite floats in range

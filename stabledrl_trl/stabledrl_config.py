@@ -10,30 +10,38 @@ from dataclasses import dataclass, field
 from transformers.utils import logging
 from trl import GRPOConfig
 
+from .checks import NONE_ALLOWED, check_config_values, check_field_types, short_repr  # noqa: F401
 from .diffusion.dream_sampler import DREAM_ALGORITHMS
-from .validation import check_config_values, short_repr
+from .diffusion.estimators import ESTIMATOR_SPECS
+from .diffusion.sampler_settings import (  # noqa: F401  (the layout rule, importable from here as before)
+    OFFICIAL_BLOCK_LENGTH,
+    OFFICIAL_TOKENS_PER_STEP,
+    REWARD_TEXTS,
+    _is_int,
+    check_diffusion_layout,
+    check_sampler_values,
+    resolve_diffusion_layout,
+    sampler_default,
+)
+from .objectives import (
+    OBJECTIVES,
+    TOKEN_INPUT,
+    TRL_ALWAYS_TOKEN,
+    TRL_LOSS_TYPES,
+    config_ratio_input,
+    known_loss_types,
+    needs_whole_groups,
+)
 
 logger = logging.get_logger(__name__)
 
 # (loss_type, importance_sampling_level, stable_drl_ratio_form, KL) pairs whose automatic mask_seed_mode was reported.
 _REPORTED_AUTO_MASK_MODES: set = set()
 
-# Loss types implemented in this package; TRL's own loss types keep working as baselines.
-OWN_LOSS_TYPES = ("stable_drl", "stable_drl_ratio", "dgpo")
-TRL_LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-GROUP_NORMALISED_LOSS_TYPES = ("stable_drl", "stable_drl_ratio")
-REWARD_TEXTS = ("completion", "canvas")
-ESTIMATOR_NAMES = (
-    "mean_field",
-    "mc_elbo",
-    "mc_elbo_inv_t",
-    "block_random",
-    "block_random_coupled",
-    "coupled",
-    "sdmc",
-    "sdmc_coupled",
-)
-SANDWICH_ESTIMATORS = ("block_random", "block_random_coupled")  # SPG's EUBO is defined on block-random masks
+# The package's loss types are the objectives registry (`objectives.OBJECTIVES`); TRL's own loss types keep working
+# as baselines. `OWN_LOSS_TYPES` / `GROUP_NORMALISED_LOSS_TYPES` stay importable (see `__getattr__` below).
+# The estimators are the registry `diffusion.estimators.ESTIMATOR_SPECS`; `ESTIMATOR_NAMES` / `SANDWICH_ESTIMATORS`
+# stay importable (see `__getattr__` below).
 
 # GRPOConfig defaults this config changes, with the reason. Listed in the README too.
 CHANGED_GRPO_DEFAULTS = {
@@ -68,8 +76,8 @@ class _UnsetTemperature(float):
         return (_UnsetTemperature, (float(self),))
 
 
-DIFFUSION_COMPLETION_LENGTH = _UnsetLength(256)
-DIFFUSION_TEMPERATURE = _UnsetTemperature(0.9)
+DIFFUSION_COMPLETION_LENGTH = _UnsetLength(sampler_default("max_completion_length"))
+DIFFUSION_TEMPERATURE = _UnsetTemperature(sampler_default("temperature"))
 # The official StableDRL rollout settings only serve diffusion rollouts: left unset, an autoregressive model gets
 # GRPOConfig's defaults instead. (loss_type and scale_rewards serve the objective, for every model.)
 _ROLLOUT_DEFAULTS = {"max_completion_length": (_UnsetLength, 512), "temperature": (_UnsetTemperature, 1.0)}
@@ -190,27 +198,27 @@ class StableDRLConfig(GRPOConfig):
         },
     )
     remasking: str = field(
-        default="low_confidence", metadata={"help": "Which masked positions to reveal: 'low_confidence' or 'random'."}
+        default=sampler_default("remasking"), metadata={"help": "Which masked positions to reveal: 'low_confidence' or 'random'."}
     )
-    cfg_scale: float = field(default=0.0, metadata={"help": "Classifier-free guidance scale (0 = off)."})
+    cfg_scale: float = field(default=sampler_default("cfg_scale"), metadata={"help": "Classifier-free guidance scale (0 = off)."})
 
     # ---- Fast rollouts: approximate, opt-in decoding modes of LLaDA's sampler (defaults are exact; docs/rollouts.md) ----
     rollout_cache: str = field(
-        default="none",
+        default=sampler_default("rollout_cache"),
         metadata={
             "help": "Key/value reuse during rollouts (LLaDA only): 'none' (exact), 'prefix' (Fast-dLLM prefix cache: "
             "prompt and earlier blocks refreshed once per block) or 'dual' (also the masked suffix). Approximate."
         },
     )
     parallel_threshold: float | None = field(
-        default=None,
+        default=sampler_default("parallel_threshold"),
         metadata={
             "help": "Confidence-threshold parallel decoding: each step also reveals every masked position of the "
             "block whose confidence exceeds this (Fast-dLLM uses 0.9). None keeps LLaDA's fixed schedule. Approximate."
         },
     )
     max_tokens_per_step: int | None = field(
-        default=None,
+        default=sampler_default("max_tokens_per_step"),
         metadata={
             "help": "Cap on the positions parallel_threshold reveals in one step (the schedule's own count is "
             "always allowed); None = no cap. Needs parallel_threshold."
@@ -219,7 +227,7 @@ class StableDRLConfig(GRPOConfig):
 
     # ---- Sampler choice and Dream's sampler (Dream-v0 / DiffuCoder `diffusion_generate`) ----
     diffusion_sampler: str = field(
-        default="auto",
+        default=sampler_default("diffusion_sampler"),
         metadata={
             "help": "Rollout sampler of a diffusion LM: 'auto' (the family's own: Dream's for Dream / DiffuCoder, "
             "LLaDA's otherwise; block-diffusion models always use their own), 'llada' (semi-autoregressive blocks; "
@@ -228,7 +236,7 @@ class StableDRLConfig(GRPOConfig):
         },
     )
     dream_alg: str = field(
-        default="entropy",
+        default=sampler_default("dream_alg"),
         metadata={
             "help": "Dream sampler: which masked positions to reveal, one of "
             f"{list(DREAM_ALGORITHMS)}. 'entropy' (lowest entropy first) is what Dream's README and DiffuCoder use; "
@@ -236,14 +244,14 @@ class StableDRLConfig(GRPOConfig):
         },
     )
     dream_alg_temp: float = field(
-        default=0.0,
+        default=sampler_default("dream_alg_temp"),
         metadata={
             "help": "Dream sampler: 0 reveals the most confident positions; > 0 draws them from "
             "softmax(confidence / dream_alg_temp)."
         },
     )
     dream_eps: float = field(
-        default=1e-3,
+        default=sampler_default("dream_eps"),
         metadata={"help": "Dream sampler: final time of the schedule t = linspace(1, eps, steps + 1), in [0, 1)."},
     )
 
@@ -251,7 +259,7 @@ class StableDRLConfig(GRPOConfig):
     likelihood_estimator: str = field(
         default="block_random",
         metadata={
-            "help": f"Sequence likelihood estimator, one of {list(ESTIMATOR_NAMES)}. 'block_random' is the "
+            "help": f"Sequence likelihood estimator, one of {list(ESTIMATOR_SPECS)}. 'block_random' is the "
             "official StableDRL (SPG) estimator and 'block_random_coupled' its low-variance form (complementary "
             "masks inside the chosen block, same expectation); 'mean_field' is d1's one-step estimator; 'sdmc' / "
             "'sdmc_coupled' are Gauss-Legendre quadratures over the masking level (sdmc_nodes)."
@@ -348,14 +356,14 @@ class StableDRLConfig(GRPOConfig):
     # ---- Block diffusion (SDAR, TraDo): rollouts of block-causal models (their block size is the model's
     # config.block_size; temperature, top_k and top_p are GRPOConfig's fields)
     block_denoising_steps: int | None = field(
-        default=None,
+        default=sampler_default("block_denoising_steps"),
         metadata={
             "help": "Denoising steps per block for block-diffusion models (SDAR, TraDo); None = the model's block "
             "size (one token per step at least, SDAR's and TraceRL's setting)."
         },
     )
     block_remasking: str = field(
-        default="low_confidence_dynamic",
+        default=sampler_default("block_remasking"),
         metadata={
             "help": "Block-diffusion reveal rule: 'low_confidence_dynamic' (every token above "
             "block_confidence_threshold, at least the step's scheduled count; TraceRL's rollouts) or "
@@ -363,7 +371,7 @@ class StableDRLConfig(GRPOConfig):
         },
     )
     block_confidence_threshold: float = field(
-        default=0.9,
+        default=sampler_default("block_confidence_threshold"),
         metadata={"help": "Confidence threshold of 'low_confidence_dynamic' (TraceRL uses 0.9)."},
     )
     # ---- Run safety: non-finite steps, the output folder, checkpoint formats ----
@@ -408,7 +416,7 @@ class StableDRLConfig(GRPOConfig):
 
     # ---- Reward text: what the reward functions grade ----
     reward_text: str = field(
-        default="completion",
+        default=sampler_default("reward_text"),
         metadata={
             "help": "Text the reward functions receive as `completions`: 'completion' (TRL's: the completion up to "
             "and including the first EOS, decoded without special tokens) or 'canvas' (the official StableDRL "
@@ -422,11 +430,13 @@ class StableDRLConfig(GRPOConfig):
 
         check_launch_environment()  # before accelerate reads WORLD_SIZE / RANK (a hang or a bare error otherwise)
         self.output_dir = expand_path("output_dir", self.output_dir)  # ~ and $VAR, as a shell would
-        check_field_types(self)
-        check_config_values(self, _type_hints(type(self)))  # bools, finite floats in range, positive step counts
+        check_field_types(self, _type_hints(type(self)))
+        # bools, finite floats in range (checks.FLOAT_RANGES: every float field's range is checked there, once),
+        # positive step counts
+        check_config_values(self, _type_hints(type(self)))
         self._check_trainable_run()
         # Layout checks first: TRL's own check on the same numbers gives a less specific message.
-        if self.loss_type in GROUP_NORMALISED_LOSS_TYPES:
+        if needs_whole_groups(self.loss_type):
             if self.num_generations < 2:
                 raise ValueError(
                     f"num_generations={self.num_generations}: loss_type={self.loss_type!r} normalises over the "
@@ -442,100 +452,42 @@ class StableDRLConfig(GRPOConfig):
                     "gradient_accumulation_steps for a larger batch."
                 )
         super().__post_init__()
-        known = OWN_LOSS_TYPES + TRL_LOSS_TYPES
+        known = known_loss_types()
         if self.loss_type not in known:
             raise ValueError(f"loss_type={self.loss_type!r} is not known; choose one of {list(known)}.")
-        if self.likelihood_estimator not in ESTIMATOR_NAMES:
+        if self.likelihood_estimator not in ESTIMATOR_SPECS:
             raise ValueError(
                 f"likelihood_estimator={self.likelihood_estimator!r} is not known; choose one of "
-                f"{list(ESTIMATOR_NAMES)}."
+                f"{list(ESTIMATOR_SPECS)}."
             )
         if self.mask_seed_mode not in (None, "fresh", "shared"):
             raise ValueError(f"mask_seed_mode={self.mask_seed_mode!r}; choose 'fresh', 'shared' or None (auto).")
-        if self.remasking not in ("low_confidence", "random"):
-            raise ValueError(f"remasking={self.remasking!r}; choose 'low_confidence' or 'random'.")
-        if self.clip_c <= 1.0:
-            raise ValueError(f"clip_c={self.clip_c} must be > 1 (the upper bound on the importance weight); use 5.0.")
-        eps_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
-        for name, value in (("epsilon", self.epsilon), ("epsilon_high", eps_high)):
-            if not 0.0 < value < 1.0 and self.loss_type in ("stable_drl_ratio", "dgpo"):
-                raise ValueError(f"{name}={value} must be in (0, 1) for loss_type={self.loss_type!r}; use 0.2.")
+        objective = OBJECTIVES.get(self.loss_type)  # None for TRL's loss types
+        missing = [name for name in (objective.settings if objective else ()) if not hasattr(self, name)]
+        if missing:
+            raise ValueError(
+                f"loss_type={self.loss_type!r} declares settings {missing} that are not StableDRLConfig fields; "
+                "register_objective(settings=...) lists config field names (add a field to a config subclass)."
+            )
+        if objective is not None and objective.check is not None:
+            objective.check(self)  # the objective's own settings (e.g. epsilon in (0, 1) for ratio clipping)
         self._check_estimator_samples()
-        if self.p_mask_prompt is not None and not 0.0 <= self.p_mask_prompt < 1.0:
-            raise ValueError(f"p_mask_prompt={self.p_mask_prompt} must be in [0, 1) (or None for the default).")
         if self.estimator_chunk_size is not None and self.estimator_chunk_size < 1:
             raise ValueError(f"estimator_chunk_size={self.estimator_chunk_size} must be >= 1 or None.")
         if self.estimator_block_size < 1:
             raise ValueError(f"estimator_block_size={self.estimator_block_size} must be >= 1.")
         if self.sandwich:
-            if self.loss_type != "stable_drl":
-                raise ValueError(f"sandwich=True needs loss_type='stable_drl' (got {self.loss_type!r}).")
-            if self.likelihood_estimator not in SANDWICH_ESTIMATORS:
+            if objective is None or not objective.supports_sandwich:
+                supporting = " or ".join(repr(name) for name, spec in OBJECTIVES.items() if spec.supports_sandwich)
+                raise ValueError(f"sandwich=True needs loss_type={supporting} (got {self.loss_type!r}).")
+            if not ESTIMATOR_SPECS[self.likelihood_estimator].sandwich:
+                accepted = " or ".join(repr(n) for n, spec in ESTIMATOR_SPECS.items() if spec.sandwich)
                 raise ValueError(
-                    f"sandwich=True needs likelihood_estimator='block_random' or 'block_random_coupled' (got "
+                    f"sandwich=True needs likelihood_estimator={accepted} (got "
                     f"{self.likelihood_estimator!r}): SPG's EUBO is defined on block-random masks."
                 )
-        if self.sandwich_beta <= 0:
-            raise ValueError(f"sandwich_beta={self.sandwich_beta} must be > 0; SPG uses 1.5.")
-        if not 0.0 <= self.sandwich_omega <= 1.0:
-            raise ValueError(f"sandwich_omega={self.sandwich_omega} must be in [0, 1]; SPG uses 0.5.")
-        if self.dgpo_n <= 0 or self.dgpo_m <= 0:
-            raise ValueError(f"dgpo_n={self.dgpo_n} and dgpo_m={self.dgpo_m} must be > 0; defaults are 1 and 2.")
-        if self.rollout_cache not in ("none", "prefix", "dual"):
-            raise ValueError(
-                f"rollout_cache={self.rollout_cache!r}; choose 'none' (exact), 'prefix' or 'dual' (approximate)."
-            )
-        if self.parallel_threshold is not None and not 0.0 < self.parallel_threshold < 1.0:
-            raise ValueError(
-                f"parallel_threshold={self.parallel_threshold} must be a probability in (0, 1) (Fast-dLLM uses 0.9), "
-                "or None for LLaDA's fixed schedule."
-            )
-        if self.max_tokens_per_step is not None:
-            if self.max_tokens_per_step < 1:
-                raise ValueError(f"max_tokens_per_step={self.max_tokens_per_step} must be >= 1 or None (no cap).")
-            if self.parallel_threshold is None:
-                raise ValueError(
-                    f"max_tokens_per_step={self.max_tokens_per_step} caps confidence-threshold decoding only; set "
-                    "parallel_threshold (e.g. 0.9) or leave max_tokens_per_step=None."
-                )
-        if self.cfg_scale < 0:
-            raise ValueError(f"cfg_scale={self.cfg_scale} must be >= 0.")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0.")
-        # Sampler layout: unset block_length / diffusion_steps get defaults that fit max_completion_length; a layout
-        # set explicitly is checked where LLaDA's sampler may run (not for diffusion=False: an autoregressive model
-        # never uses these fields; not for Dream's block-free sampler). The trainer checks again once it knows the
-        # model's sampler.
-        self.block_length, self.diffusion_steps = resolve_diffusion_layout(
-            self.max_completion_length,
-            self.block_length,
-            self.diffusion_steps,
-            check=self.diffusion is not False and self.diffusion_sampler != "dream",
-        )
-        # before the samplers' own checks, so the message is the field's and not one sampler's
-        if self.top_k is not None and self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 = off).")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1] (1 = off).")
-        self._check_sampler_choice()
-        if self.reward_text not in REWARD_TEXTS:
-            raise ValueError(
-                f"reward_text={self.reward_text!r}; choose 'completion' (the text up to the first EOS) or 'canvas' "
-                "(the whole decoded generation canvas, as the official StableDRL code grades it)."
-            )
-        # Block diffusion (SDAR, TraDo)
-        from .diffusion.block_sampler import REMASKING_STRATEGIES
-
-        if self.block_remasking not in REMASKING_STRATEGIES:
-            raise ValueError(f"block_remasking={self.block_remasking!r}; choose one of {list(REMASKING_STRATEGIES)}.")
-        if not 0.0 <= self.block_confidence_threshold <= 1.0:
-            raise ValueError(
-                f"block_confidence_threshold={self.block_confidence_threshold} must be in [0, 1]; TraceRL uses 0.9."
-            )
-        if self.block_denoising_steps is not None and self.block_denoising_steps < 1:
-            raise ValueError(
-                f"block_denoising_steps={self.block_denoising_steps} must be >= 1, or None for the model's block size."
-            )
+        # the sampler settings (the same checks `SamplerSettings.from_fields` runs); fills the length-derived layout
+        self.block_length, self.diffusion_steps = check_sampler_values(self, diffusion=self.diffusion)
         self._check_ratio_pairing()
         from .run_identity import check_allowed_changes
 
@@ -547,52 +499,54 @@ class StableDRLConfig(GRPOConfig):
     @property
     def num_mc_samples(self) -> int:
         """Forward passes per completion of one estimate: `mc_samples`, or the estimator's default when unset."""
-        from .diffusion.estimators import default_num_samples
-
         if self.mc_samples is not None:
             return self.mc_samples
-        return default_num_samples(self.likelihood_estimator, self.sdmc_nodes or 3)
+        spec = ESTIMATOR_SPECS[self.likelihood_estimator]
+        return spec.default_num_samples(spec.option_values(self))
 
     def _check_estimator_samples(self) -> None:
         """mc_samples and sdmc_nodes against the estimator: a value the estimator would ignore or cannot use fails."""
         name, k, nodes = self.likelihood_estimator, self.mc_samples, self.sdmc_nodes
-        sdmc = name in ("sdmc", "sdmc_coupled")
-        if nodes is not None:
-            if not sdmc:
+        spec = ESTIMATOR_SPECS[name]
+        for option_field in _unset_estimator_option_fields():  # e.g. sdmc_nodes: an option of some estimators only
+            value = getattr(self, option_field)
+            if value is not None and option_field not in spec.options.values():
+                owners = " or ".join(repr(n) for n, s in ESTIMATOR_SPECS.items() if option_field in s.options.values())
                 raise ValueError(
-                    f"sdmc_nodes={nodes} is an option of likelihood_estimator='sdmc' or 'sdmc_coupled', not of "
-                    f"{name!r}; remove it or choose one of those estimators."
+                    f"{option_field}={value} is an option of likelihood_estimator={owners}, not of {name!r}; remove it "
+                    "or choose one of those estimators."
                 )
-            if not 1 <= nodes <= 5:
-                raise ValueError(f"sdmc_nodes={nodes} must be in [1, 5] (Gauss-Legendre nodes over t); GDPO uses 3.")
+        if nodes is not None and not 1 <= nodes <= 5:
+            raise ValueError(f"sdmc_nodes={nodes} must be in [1, 5] (Gauss-Legendre nodes over t); GDPO uses 3.")
         if k is None:
             return
         if k < 1:
             raise ValueError(f"mc_samples={k} must be >= 1 (or None for the estimator's default).")
-        if name == "mean_field" and k > 1:
+        if spec.max_samples is not None and k > spec.max_samples:
             raise ValueError(
-                f"mc_samples={k} with likelihood_estimator='mean_field': the one-step estimator masks every completion "
-                "token and takes exactly one forward pass, so further samples would be ignored. Set mc_samples=1 or "
-                "leave it unset (null), or choose a Monte-Carlo estimator (e.g. 'block_random') for more samples."
+                f"mc_samples={k} with likelihood_estimator={name!r}: {spec.max_samples_reason}. Set "
+                f"mc_samples={spec.max_samples} or leave it unset (null), or choose a Monte-Carlo estimator (e.g. "
+                "'block_random') for more samples."
             )
-        if name in ("coupled", "block_random_coupled") and k % 2:
+        if spec.even_samples and k % 2:
             raise ValueError(
                 f"mc_samples={k} must be even for likelihood_estimator={name!r} (each mask and its complement); "
                 f"use mc_samples={k + 1}."
             )
-        if sdmc:
-            unit = (nodes or 3) * (2 if name == "sdmc_coupled" else 1)
-            if k % unit:
-                raise ValueError(
-                    f"mc_samples={k} must be a multiple of {unit} for likelihood_estimator={name!r} with sdmc_nodes="
-                    f"{nodes or 3} (one pass per node{' and half pair' if name == 'sdmc_coupled' else ''}); use "
-                    f"mc_samples={unit * max(1, round(k / unit))} or leave it unset."
-                )
+        options = spec.option_values(self)
+        unit = spec.passes_per_unit(options)
+        if k % unit:
+            setting = ", ".join(f"{f}={options[o]}" for o, f in spec.options.items())
+            half = " and half pair" if "nodes" in options and unit == 2 * options["nodes"] else ""
+            per = f"one pass per node{half}" if "nodes" in options else f"{unit} passes per unit"
+            raise ValueError(
+                f"mc_samples={k} must be a multiple of {unit} for likelihood_estimator={name!r}"
+                + (f" with {setting}" if setting else "")
+                + f" ({per}); use mc_samples={unit * max(1, round(k / unit))} or leave it unset."
+            )
 
     def _check_ratio_pairing(self):
         """Pick `mask_seed_mode` when unset, and refuse objective / mask pairings whose ratios are mask noise."""
-        from .objectives import TOKEN_INPUT, ratio_input
-
         for name, value, allowed in (
             ("stable_drl_ratio_form", self.stable_drl_ratio_form, ("mean", "sum")),
             ("eos_tail", self.eos_tail, ("visible", "masked")),
@@ -604,10 +558,12 @@ class StableDRLConfig(GRPOConfig):
             raise ValueError(
                 f"all_clipped_patience={self.all_clipped_patience} must be >= 0 (0 disables the warning)."
             )
-        consumes = ratio_input(self.loss_type, self.importance_sampling_level, self.stable_drl_ratio_form)
+        objective = OBJECTIVES.get(self.loss_type)  # None for TRL's loss types
+        consumes = config_ratio_input(self)
         per_token = consumes == TOKEN_INPUT or self.beta != 0.0  # TRL's KL term is per token too
         if self.mask_seed_mode is None:
-            self.mask_seed_mode = "fresh" if (self.loss_type == "stable_drl" and self.beta == 0.0) else "shared"
+            fresh = objective is not None and objective.auto_mask_seed_mode == "fresh" and self.beta == 0.0
+            self.mask_seed_mode = "fresh" if fresh else "shared"
             key = (self.loss_type, self.importance_sampling_level, self.stable_drl_ratio_form, self.beta != 0.0)
             if key not in _REPORTED_AUTO_MASK_MODES:
                 _REPORTED_AUTO_MASK_MODES.add(key)
@@ -632,10 +588,10 @@ class StableDRLConfig(GRPOConfig):
             fixes = [
                 "mask_seed_mode='shared' (or None: auto)",
             ]
-            if self.loss_type not in ("dgpo", "stable_drl_ratio") and self.loss_type != "vespo" and self.beta == 0.0:
+            if self.loss_type in TRL_LOSS_TYPES and self.loss_type not in TRL_ALWAYS_TOKEN and self.beta == 0.0:
                 fixes.append("importance_sampling_level='sequence' (the paper's GRPO baseline: exp(L_theta - L_old))")
-            if self.loss_type == "stable_drl_ratio":
-                fixes.append("stable_drl_ratio_form='mean' (exp(L_theta - L_old))")
+            if objective is not None and objective.sequence_fix:
+                fixes.append(objective.sequence_fix)
             fixes.append("allow_noisy_token_ratios=True to run it anyway, e.g. in a stability study")
             raise ValueError(
                 f"loss_type={self.loss_type!r} (importance_sampling_level={self.importance_sampling_level!r}) "
@@ -667,146 +623,31 @@ class StableDRLConfig(GRPOConfig):
                 stacklevel=3,
             )
 
-    # ---- Sampler choice and Dream's sampler ----
-    def _check_sampler_choice(self) -> None:
-        """`diffusion_sampler` and the settings that only one sampler reads: a setting the chosen sampler would
-        ignore is an error. With 'auto' the model decides, so the check against the family runs in the trainer."""
-        from .diffusion.dream_sampler import validate_dream_sampler_args
-        from .diffusion.family import SAMPLERS, check_sampler_settings
-
-        if self.diffusion_sampler != "auto" and self.diffusion_sampler not in SAMPLERS:
-            raise ValueError(
-                f"diffusion_sampler={self.diffusion_sampler!r}; choose 'auto' (the model family's own sampler) or one "
-                f"of {' / '.join(repr(name) for name in SAMPLERS)}."
-            )
-        if self.diffusion is False or self.max_completion_length is None:
-            return  # an autoregressive model reads none of the diffusion samplers' settings
-        validate_dream_sampler_args(
-            gen_length=self.max_completion_length,
-            steps=self.diffusion_steps,
-            alg=self.dream_alg,
-            alg_temp=self.dream_alg_temp,
-            eps=self.dream_eps,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k if self.top_k else None,
-        )
-        if self.diffusion_sampler in SAMPLERS:
-            check_sampler_settings(self, self.diffusion_sampler)
-
-
-# --------------------------------------------------------------------------- drop-in helpers (used above)
-
-OFFICIAL_BLOCK_LENGTH = 32
-OFFICIAL_TOKENS_PER_STEP = 2  # 256 positions in 128 steps
-
-
-def resolve_diffusion_layout(
-    max_completion_length: int, block_length: int | None, diffusion_steps: int | None, check: bool = True
-) -> tuple[int, int]:
-    """Fill unset `block_length` / `diffusion_steps` from `max_completion_length` and check the layout.
-
-    block_length None: 32 (official) when it divides L = max_completion_length, else the largest divisor of L <= 32.
-    diffusion_steps None: L / 2 (the official 2 tokens per step), rounded down to a multiple of the number of blocks
-    L / block_length, and at least one step per block; never more steps than positions.
-    `check=False` fills the defaults but leaves a layout the user set explicitly unchecked (for a model that may be
-    autoregressive); `check_diffusion_layout` checks it later. Messages use the config's field names.
-    """
-    length = max_completion_length
-    if length is None:  # TRL's "no limit" for autoregressive models; the trainer refuses it for a dLLM
-        return block_length, diffusion_steps
-    if not _is_int(length) or length < 1:
-        raise ValueError(f"max_completion_length must be a positive integer, got {length!r}.")
-    if block_length is None:
-        block_length = max(d for d in range(1, min(OFFICIAL_BLOCK_LENGTH, length) + 1) if length % d == 0)
-    if diffusion_steps is None and _is_int(block_length) and block_length >= 1 and length % block_length == 0:
-        num_blocks = length // block_length
-        diffusion_steps = num_blocks * max(1, length // OFFICIAL_TOKENS_PER_STEP // num_blocks)
-    if check:
-        check_diffusion_layout(length, block_length, diffusion_steps)
-    return block_length, diffusion_steps
-
-
-def check_diffusion_layout(max_completion_length: int, block_length, diffusion_steps) -> None:
-    """Raise a ValueError naming the config field, its value and the fix for a layout the sampler cannot run."""
-    length = max_completion_length
-    if length is None:
-        raise ValueError(
-            "max_completion_length=None: a diffusion LM decodes a fixed canvas of max_completion_length positions; "
-            "set it (the official StableDRL recipe uses 256)."
-        )
-    if not _is_int(block_length) or block_length < 1:
-        raise ValueError(f"block_length must be a positive integer (or None for the default), got {block_length!r}.")
-    if length % block_length != 0:
-        divisors = [d for d in range(1, length + 1) if length % d == 0 and d <= OFFICIAL_BLOCK_LENGTH]
-        raise ValueError(
-            f"block_length={block_length} must divide max_completion_length={length} (every block has the same "
-            f"length). Set block_length to a divisor of {length} (e.g. {divisors[-1]}), leave it unset for that "
-            f"default, or change max_completion_length to a multiple of {block_length}."
-        )
-    num_blocks = length // block_length
-    if diffusion_steps is None:
-        raise ValueError("diffusion_steps is None; leave both block_length and diffusion_steps unset, or set both.")
-    if not _is_int(diffusion_steps) or diffusion_steps < 1:
-        raise ValueError(
-            f"diffusion_steps must be a positive integer (or None for the default), got {diffusion_steps!r}."
-        )
-    if diffusion_steps % num_blocks != 0:
-        raise ValueError(
-            f"diffusion_steps={diffusion_steps} must be a multiple of the number of blocks max_completion_length / "
-            f"block_length = {length} / {block_length} = {num_blocks} (steps are split evenly across blocks); use "
-            f"e.g. diffusion_steps={num_blocks * max(1, diffusion_steps // num_blocks)}, or leave it unset."
-        )
-    if diffusion_steps > length:
-        raise ValueError(
-            f"diffusion_steps={diffusion_steps} is more than max_completion_length={length}: a step reveals at "
-            f"least one position, so at most {length} steps can do anything. Use diffusion_steps <= {length} "
-            f"(the official ratio is {length // OFFICIAL_TOKENS_PER_STEP or 1}), or leave it unset."
-        )
-
-
-# Fields whose None has a documented TRL meaning although their default is not None.
-NONE_ALLOWED = ("max_completion_length",)  # no limit: transformers' generation config decides (autoregressive only)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_field_types(config) -> None:
-    """Integer fields must hold integers (YAML gives `8.0`, `[8]` or `null` unchanged); floats accept integers.
-
-    None is accepted only where the field's default is None (there it has a documented meaning).
-    """
-    import dataclasses
-    import typing
-
-    hints = _type_hints(type(config))
-    for f in dataclasses.fields(config):
-        hint = hints.get(f.name)
-        if hint is None or not f.init:
-            continue
-        args = set(typing.get_args(hint)) or {hint}
-        value = getattr(config, f.name)
-        kinds = args - {type(None)}
-        if kinds not in ({int}, {float}):
-            continue
-        if value is None:
-            if type(None) in args and (f.default is None or f.name in NONE_ALLOWED):
-                continue
-            raise TypeError(
-                f"{f.name}=None: this field needs {'an integer' if kinds == {int} else 'a number'}; remove the line "
-                f"to keep the default {f.default!r}."
-            )
-        if kinds == {int} and not _is_int(value):
-            fix = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
-            raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be an integer{fix}.")
-        if kinds == {float} and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be a number.")
-
 
 @functools.lru_cache(maxsize=None)
 def _type_hints(cls) -> dict:
     import typing
 
     return typing.get_type_hints(cls)
+
+
+def _unset_estimator_option_fields() -> list[str]:
+    """Config fields that are options of some estimators and default to None (unset), e.g. sdmc_nodes."""
+    fields = StableDRLConfig.__dataclass_fields__
+    declared = dict.fromkeys(f for spec in ESTIMATOR_SPECS.values() for f in spec.options.values())
+    return [f for f in declared if f in fields and fields[f].default is None]
+
+
+def __getattr__(name: str):
+    """`OWN_LOSS_TYPES` (every registered objective), `GROUP_NORMALISED_LOSS_TYPES` (those normalising over whole
+    groups), `ESTIMATOR_NAMES` (every registered estimator) and `SANDWICH_ESTIMATORS` (those SPG's sandwich accepts),
+    read from the registries when asked, so they include objectives and estimators registered later."""
+    if name == "ESTIMATOR_NAMES":
+        return tuple(ESTIMATOR_SPECS)
+    if name == "SANDWICH_ESTIMATORS":
+        return tuple(n for n, spec in ESTIMATOR_SPECS.items() if spec.sandwich)
+    if name == "OWN_LOSS_TYPES":
+        return tuple(OBJECTIVES)
+    if name == "GROUP_NORMALISED_LOSS_TYPES":
+        return tuple(n for n, spec in OBJECTIVES.items() if spec.whole_groups)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,23 +8,19 @@ log-probabilities and only gains the new objectives.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import errno
-import functools
 import logging
 import math
 import os
 import time
+from types import MappingProxyType
 from typing import Any
 
 import torch
-from accelerate.utils import gather
-from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import (
-    is_async_callable,
     pad,
     split_pixel_values_by_grid,
     split_tensor_dict,
@@ -33,23 +29,32 @@ from trl.trainer.utils import (
 
 from . import multinode, run_identity, safety
 from .changed_defaults import announce_changed_defaults
-from .diffusion.adapter import as_diffusion_lm, unwrap_model
-from .diffusion.estimators import estimator_standard_error
-from .diffusion.family import detect_family, get_family
+from .diagnostics import _TRL_CLIP_METRICS, TrainerDiagnostics  # noqa: F401
+from .diffusion.family import as_diffusion_lm, detect_family, get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
+from .moe_metrics import expert_load_entropy
 from .objectives import (
-    SEQUENCE_INPUT,
+    OBJECTIVES,
     PolicyLossInputs,
     add_kl_penalty,
     aggregate_loss,
     equal_reward_groups,
-    get_objective,
-    ratio_input,
-    trl_applied_weights,
-    weight_by_advantage_sign,
+    get_objective_spec,
+    needs_whole_groups,
+)
+from .run_guards import (  # noqa: F401  (importable from here as before)
+    CheckpointError,
+    NonFiniteGradientError,
+    NonFiniteRewardError,
+    RewardFunctionError,
+    _check_reward_output,
+    _ensure_generation_config,
+    _generation_config_on_load,
+    _NonFiniteParameterGuard,
+    _wrap_reward_func,
 )
 from .scoring_context import ScoringContext
-from .stabledrl_config import GROUP_NORMALISED_LOSS_TYPES, OWN_LOSS_TYPES, StableDRLConfig, autoregressive_defaults
+from .stabledrl_config import StableDRLConfig, autoregressive_defaults
 from .validation import (
     check_data_setup,
     check_inputs_before_loading,
@@ -60,232 +65,12 @@ from .validation import (
 
 logger = logging.getLogger(__name__)
 
-# TRL's losses: the per-micro-batch metric(s) TRL logs whose sum is the fraction of samples (tokens) whose ratio is
-# clipped (TRL computes it inside its loss and returns nothing else). The package's objectives report theirs in
-# their statistics (keys ending in "clip_frac").
-_TRL_CLIP_METRICS = {
-    "cispo": ("cispo_clip_ratio",),
-    **{t: ("clip_ratio/region_mean",) for t in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")},
-}
 
 # Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
 _STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER, _STREAM_ROWS = 1, 2, 3, 4, 5
 
 
-class NonFiniteGradientError(RuntimeError):
-    """Training stopped: repeated non-finite gradient norms, or weights holding inf / NaN at save time."""
-
-
-class RewardFunctionError(RuntimeError):
-    """A reward function raised; the message names the function and the sample."""
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed from; the message names the checkpoint and, when known, the file."""
-
-
-class NonFiniteRewardError(RuntimeError):
-    """Training stopped: every reward of `max_nonfinite_reward_steps` generation batches in a row was inf / NaN."""
-
-
-class _NonFiniteParameterGuard(TrainerCallback):
-    """After each optimiser step: parameters holding inf / NaN (a NaN learning rate, weight decay or optimiser state
-    makes them so although the gradient norm was finite) stop the run at once, naming the step and parameters."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        self.trainer._check_parameters_finite()
-
-
-def _check_reward_output(name: str, output, n: int):
-    """A reward function must return one number (or None) per completion: a list, tuple or 1-D array / tensor of
-    Python, NumPy or 0-d tensor numbers (bools read as 0 / 1, as TRL does). A string, a scalar or nested lists is an error naming the function."""
-    import numbers
-
-    one_dim = getattr(output, "ndim", 1) == 1 and hasattr(output, "__len__")
-    if isinstance(output, (str, bytes, dict)) or not one_dim or not hasattr(output, "__iter__"):
-        raise RewardFunctionError(
-            f"Reward function {name!r} returned {type(output).__name__} {short_repr(output)}; it must return a list of "
-            f"{n} floats (one per completion, None for a completion it cannot score)."
-        )
-    for i, r in enumerate(output):
-        number = isinstance(r, numbers.Real)  # bool included: TRL reads True as 1.0
-        if r is not None and not number and not (isinstance(r, torch.Tensor) and r.numel() == 1):
-            raise RewardFunctionError(
-                f"Reward function {name!r} returned {type(r).__name__} {short_repr(r)} for completion {i}; each reward "
-                "must be a float (or None for a completion it cannot score)."
-            )
-    return output
-
-
-def _exit_error(name: str, error: SystemExit) -> RewardFunctionError:
-    """A reward function calling sys.exit / exit() would end the run with that exit code and no traceback."""
-    return RewardFunctionError(
-        f"Reward function {name!r} called sys.exit({short_repr(error.code)}) (raised SystemExit) while scoring "
-        "completions; a reward function must return one reward per completion (None for one it cannot score). "
-        "Raise an exception instead of exiting to stop the run."
-    )
-
-
-def _wrap_reward_func(func):
-    """Re-raise a reward function's exception with the function's name and the first failing sample, and check
-    what it returns. An async function stays async (TRL awaits it on its event loop)."""
-    name = getattr(func, "__name__", type(func).__name__)
-
-    def locate(batch_error, prompts, completions, completion_ids, kwargs, call_one):
-        own = (f"{name}() got an unexpected keyword argument", "__call__() got an unexpected keyword argument")
-        if isinstance(batch_error, TypeError) and any(words in str(batch_error) for words in own):
-            return RewardFunctionError(  # its signature, not a sample: TRL passes more keywords than it takes
-                f"Reward function {name!r} raised TypeError: {batch_error}. TRL calls every reward function with the "
-                f"keywords {', '.join(['prompts', 'completions', 'completion_ids', *kwargs])} (here: TRL's and the "
-                "dataset's columns); add **kwargs to its parameters: def f(completions, **kwargs)."
-            )
-        for i in range(len(completions)):  # find the sample: call it one sample at a time
-            one = {
-                k: (v[i : i + 1] if isinstance(v, list) and len(v) == len(completions) else v)
-                for k, v in kwargs.items()
-            }
-            try:
-                call_one(
-                    prompts=prompts[i : i + 1],
-                    completions=completions[i : i + 1],
-                    completion_ids=None if completion_ids is None else completion_ids[i : i + 1],
-                    **one,
-                )
-            except Exception:
-                return RewardFunctionError(
-                    f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on sample "
-                    f"{i}: prompt={short_repr(prompts[i])}, completion={short_repr(completions[i])}. Fix the reward function "
-                    "(return None for a completion it cannot score)."
-                )
-        return RewardFunctionError(
-            f"Reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on the batch."
-        )
-
-    if is_async_callable(func):
-
-        @functools.wraps(func)
-        async def wrapped_async(prompts, completions, completion_ids=None, **kwargs):
-            try:
-                out = await func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
-            except SystemExit as error:
-                raise _exit_error(name, error) from error
-            except Exception as batch_error:
-
-                def call_one(**kw):  # the event loop is busy running us: run the per-sample calls on a fresh one
-                    import asyncio
-                    import concurrent.futures
-
-                    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                        return pool.submit(asyncio.run, func(**kw)).result()
-
-                raise locate(batch_error, prompts, completions, completion_ids, kwargs, call_one) from batch_error
-            return _check_reward_output(name, out, len(completions))
-
-        return wrapped_async
-
-    @functools.wraps(func)
-    def wrapped(prompts, completions, completion_ids=None, **kwargs):
-        try:
-            out = func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
-        except SystemExit as error:
-            raise _exit_error(name, error) from error
-        except Exception as batch_error:
-            raise locate(batch_error, prompts, completions, completion_ids, kwargs, func) from batch_error
-        return _check_reward_output(name, out, len(completions))
-
-    return wrapped
-
-
-def expert_load_entropy(model, reduce=None) -> dict[str, float]:
-    """Routing health of a mixture-of-experts model, then a reset of the counts it read.
-
-    Every router module exposing `expert_load` (E,) (tokens routed to each expert since its last reset, e.g.
-    LLaDA2's `mlp.gate`) gives the normalised entropy H(p) / log E of p = load / sum(load): 1 = a uniform load,
-    0 = every token on one expert (a routing collapse). Returns {"moe/expert_load_entropy": mean over routers,
-    "moe/expert_load_entropy_min": the lowest router}, or {} for a model without routers.
-    reduce: sums a tensor over processes (the trainer passes accelerate's `reduce(..., "sum")` under data
-    parallelism), so the entropy is that of the step's whole load, not of one process's share; called once, on the
-    concatenated counts of every router, by every process.
-    """
-    loads = []
-    for module in unwrap_model(model).modules():
-        load = getattr(module, "expert_load", None)
-        if isinstance(load, torch.Tensor) and load.dim() == 1 and load.numel() >= 2:
-            loads.append(load)
-    if not loads:
-        return {}
-    counts = torch.cat([load.detach().double() for load in loads])  # (sum of E,) every router's counts
-    if reduce is not None:
-        counts = reduce(counts)
-    values = []
-    for part in counts.split([load.numel() for load in loads]):  # (E,) per router
-        total = float(part.sum())
-        if total > 0:
-            p = part / total  # (E,)
-            values.append(float(-(p * p.clamp_min(1e-300).log()).sum()) / math.log(part.numel()))
-    for load in loads:
-        load.zero_()
-    if not values:
-        return {}
-    return {"moe/expert_load_entropy": sum(values) / len(values), "moe/expert_load_entropy_min": min(values)}
-
-
-def _ensure_generation_config(model) -> None:
-    """A masked LM (e.g. `BertForMaskedLM`) has no `generation_config` in transformers 5; TRL writes the pad id
-    into it. Give it one built from the model config (the masked-diffusion samplers never read it)."""
-    if getattr(model, "generation_config", None) is None and hasattr(model, "config"):
-        from transformers import GenerationConfig
-
-        model.generation_config = GenerationConfig.from_model_config(model.config)
-
-
-def check_loaded_weights(model_id, loading_info: dict) -> None:
-    """A model TRL loads by path must have every weight in its checkpoint: transformers initialises missing ones at
-    random and only prints a table, so the run would train (and report on) a partly random model. An error naming
-    them instead; shape mismatches likewise."""
-    missing = sorted(loading_info.get("missing_keys") or [])
-    mismatched = [str(m[0]) if isinstance(m, (list, tuple)) else str(m) for m in loading_info.get("mismatched_keys") or []]
-    if missing or mismatched:
-        what = []
-        if missing:
-            what.append(f"{len(missing)} weight(s) missing from the checkpoint (e.g. {missing[:3]})")
-        if mismatched:
-            what.append(f"{len(mismatched)} weight(s) of the wrong shape (e.g. {mismatched[:3]})")
-        raise CheckpointError(
-            f"model={short_repr(model_id)}: {' and '.join(what)}; transformers would initialise them at random and "
-            "training would start from a partly random model. Use a complete checkpoint (all weight files and "
-            "model.safetensors.index.json), or a config that matches its weights."
-        )
-
-
-@contextlib.contextmanager
-def _generation_config_on_load():
-    """While TRL builds the trainer, models it loads from a path get a `generation_config` if they lack one."""
-    import trl.trainer.grpo_trainer as grpo_module
-
-    original = grpo_module.create_model_from_path
-
-    def create(*a, **k):
-        model_id = a[0] if a else k.get("model_id")
-        adapter = isinstance(model_id, str) and os.path.isfile(os.path.join(model_id, "adapter_config.json"))
-        if k.get("output_loading_info") or adapter:  # an adapter folder reports through PEFT instead
-            return original(*a, **k)
-        model, info = original(*a, output_loading_info=True, **k)
-        check_loaded_weights(model_id, info)
-        _ensure_generation_config(model)
-        return model
-
-    grpo_module.create_model_from_path = create
-    try:
-        yield
-    finally:
-        grpo_module.create_model_from_path = original
-
-
-class StableDRLTrainer(GRPOTrainer):
+class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
     """GRPOTrainer with masked-diffusion rollouts, likelihood estimation and the StableDRL / DGPO objectives.
 
     Same constructor as `trl.GRPOTrainer`; `args` is a `StableDRLConfig` (a plain `GRPOConfig` is refused with a
@@ -305,14 +90,18 @@ class StableDRLTrainer(GRPOTrainer):
       normalisation instead of entering the advantages; with `reward_text="canvas"` the reward functions grade each
       row's whole decoded rollout canvas (the official StableDRL grading) instead of the completion up to its EOS.
     - `_compute_loss`: the package's objectives, looked up by loss_type in the registry
-      (`objectives.get_objective`) and called with one `PolicyLossInputs`; TRL's own loss types go to TRL's
-      implementation. For every objective
+      (`objectives.get_objective_spec`) and called with one `PolicyLossInputs` (its declared settings as one
+      mapping); TRL's own loss types go to TRL's implementation. For every objective
       it logs the mean applied weight of negative- and positive-advantage samples (`stabledrl/weight_mean_neg_adv`,
       `weight_mean_pos_adv`) and, with fresh masks, the estimator's own noise in L_theta - L_old
       (`stabledrl/estimator_noise_std`); `_calculate_rewards` logs `stabledrl/equal_reward_group_frac`.
     - `training_step`: at the end of each optimiser step, logs `stabledrl/all_clipped` (every sample or token of the
       step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
       consecutive such steps (no learning).
+
+    The per-step diagnostics these hooks log are methods of `diagnostics.TrainerDiagnostics` (a mixin overriding
+    nothing of TRL's); the run guards they raise and install are in `run_guards.py`, the MoE metric in
+    `moe_metrics.py`.
 
     The hooks hand each other per-step state (which masks to draw, the last estimate, the rollout canvases, the rows
     with non-finite rewards, the step's clipping) through one `ScoringContext` (`scoring_context.py`, which documents
@@ -872,7 +661,7 @@ class StableDRLTrainer(GRPOTrainer):
             start = self.accelerator.process_index * n_local
             bad = scoring.nonfinite_reward_rows[start : start + n_local].to(output["advantages"].device)
             bad = bad | ~torch.isfinite(output["advantages"]) | (output["advantages"].abs() > safety.OVERFLOW_LIMIT)
-            if self.loss_type in OWN_LOSS_TYPES:
+            if self.loss_type in OBJECTIVES:
                 output["advantages"] = torch.where(bad, torch.nan, output["advantages"])
             self._metrics[mode]["stabledrl/nonfinite_rewards"].append(float(scoring.nonfinite_reward_rows.sum()))
             scoring.nonfinite_reward_rows = None
@@ -906,7 +695,7 @@ class StableDRLTrainer(GRPOTrainer):
                     self._ref_logps(ids, attn, c, (_STREAM_ITER, gen_step, j)) for j in range(1, self.num_iterations)
                 ]
                 output["ref_per_token_logps_iters"] = torch.stack(refs, dim=1)  # (B, I, C)
-        elif self.loss_type in OWN_LOSS_TYPES and "old_per_token_logps" not in output:
+        elif self.loss_type in OBJECTIVES and "old_per_token_logps" not in output:
             # Official StableDRL: the old policy is scored once, right after generation, with its own masks.
             output["old_per_token_logps"] = score(self.model, (_STREAM_OLD, gen_step))
         return output
@@ -926,7 +715,7 @@ class StableDRLTrainer(GRPOTrainer):
         return logps
 
     def _prepare_inputs(self, generation_batch: dict[str, torch.Tensor | Any]) -> dict[str, torch.Tensor | Any]:
-        if not self.model.training or self.loss_type not in GROUP_NORMALISED_LOSS_TYPES:
+        if not self.model.training or not needs_whole_groups(self.loss_type):
             # TRL's row shuffle (and its draws from the global random stream): only the group-normalised losses
             # need whole groups per micro-batch; the others keep TRL's behaviour, a group split over processes too
             return super()._prepare_inputs(generation_batch)
@@ -974,121 +763,21 @@ class StableDRLTrainer(GRPOTrainer):
                 # Fresh masks per inner step, the same for every micro-batch and process of that step, so a row's
                 # masks do not depend on where the layout puts it.
                 self._scoring.mask_stream = (_STREAM_STEP, self.state.global_step, j)
-        if self.loss_type not in OWN_LOSS_TYPES:
+        if self.loss_type not in OBJECTIVES:
             loss = super()._compute_loss(model, inputs)
         else:
             loss = self._compute_own_loss(model, inputs)
-        if self.is_diffusion and self.loss_type not in GROUP_NORMALISED_LOSS_TYPES:
+        if self.is_diffusion and not needs_whole_groups(self.loss_type):
             self._log_ratio_max(inputs)
-        if self.is_diffusion and self.loss_type not in OWN_LOSS_TYPES:
+        if self.is_diffusion and self.loss_type not in OBJECTIVES:
             self._log_trl_weights(inputs)
         if self.is_diffusion:
             self._log_estimator_noise(inputs)
-        if self.model.training and self.loss_type not in OWN_LOSS_TYPES:
+        if self.model.training and self.loss_type not in OBJECTIVES:
             self._note_trl_clipping()
         return loss
 
-    # ------------------------------------------------------------------ mechanism and noise diagnostics
-
-    def _log_applied_weights(self, mode, weights, advantages, mask=None):
-        """`stabledrl/weight_mean_neg_adv` / `weight_mean_pos_adv`: mean multiplier the objective puts on the
-        gradient term of negative- / positive-advantage samples (tokens, for token-level losses), over processes."""
-        sums = gather(weight_by_advantage_sign(weights, advantages, mask).reshape(1, 4)).sum(0)  # (4,)
-        for key, total, count in (("neg", sums[0], sums[1]), ("pos", sums[2], sums[3])):
-            if count > 0:
-                self._metrics[mode][f"stabledrl/weight_mean_{key}_adv"].append(float(total / count))
-
-    def _log_trl_weights(self, inputs):
-        """The applied weights of TRL's losses (`objectives.trl_applied_weights`), from the estimate just computed."""
-        if self._scoring.last_estimate is None:
-            return
-        mode = "train" if self.model.training else "eval"
-        mask = inputs["completion_mask"].bool()  # (B, C)
-        current = self._scoring.last_estimate.token_logps.detach()
-        old = inputs.get("old_per_token_logps")
-        log_r = current - (current if old is None else old)  # (B, C); exactly 0 on-policy
-        advantages = inputs["advantages"]
-        if self.loss_type == "vespo":
-            adv = advantages[:, None] if advantages.dim() == 1 else advantages
-            weights = self.get_gamma_weights(
-                advantages=adv,
-                log_ratio_per_token=log_r,
-                mask=mask,
-                importance_sampling_ratio=inputs.get("importance_sampling_ratio"),
-                k_pos=self.args.vespo_k_pos,
-                lambda_pos=self.args.vespo_lambda_pos,
-                k_neg=self.args.vespo_k_neg,
-                lambda_neg=self.args.vespo_lambda_neg,
-            )  # (B, 1)
-            unit_mask = mask.any(-1, keepdim=True)
-        else:
-            if self.args.importance_sampling_level == "sequence":
-                log_r = ((log_r * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]  # (B, 1)
-                unit_mask = mask.any(-1, keepdim=True)
-            else:
-                unit_mask = mask
-            weights = trl_applied_weights(
-                self.loss_type,
-                log_r,
-                advantages,
-                epsilon_low=self.epsilon_low,
-                epsilon_high=self.epsilon_high,
-                delta=self.args.delta,
-                sapo_temperature_pos=getattr(self.args, "sapo_temperature_pos", 1.0),
-                sapo_temperature_neg=getattr(self.args, "sapo_temperature_neg", 1.05),
-            )
-        if weights is not None:
-            self._log_applied_weights(mode, weights, advantages.reshape(advantages.shape[0], -1)[:, 0], unit_mask)
-
-    def _log_estimator_noise(self, inputs):
-        """`stabledrl/estimator_noise_std`: with fresh masks, the noise that the likelihood estimator alone puts in
-        L_theta - L_old, sqrt(2) x the standard error of the current estimate (std over its independent units /
-        sqrt(U)), averaged over completions; the old estimate is independent with the same variance. No extra
-        forward pass; not logged with fewer than two units per estimate, nor for shared masks or on-policy steps."""
-        est = self._scoring.last_estimate
-        if (
-            est is None
-            or est.sample_seq_logps is None
-            or self.args.mask_seed_mode != "fresh"
-            or inputs.get("old_per_token_logps") is None
-        ):
-            return
-        se = estimator_standard_error(est.sample_seq_logps.float())  # (B,)
-        rows = inputs["completion_mask"].bool().any(-1) & torch.isfinite(se)
-        local = torch.stack([torch.where(rows, se, 0.0).sum() * math.sqrt(2.0), rows.sum().float()])
-        total = gather(local.reshape(1, 2)).sum(0)
-        if total[1] > 0:
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["stabledrl/estimator_noise_std"].append(float(total[0] / total[1]))
-
-    def _log_ratio_max(self, inputs):
-        """`stabledrl/weight_max` for objectives that do not log it: the largest unclipped ratio they consume,
-        per token or per sequence (`objectives.ratio_input`), from the estimate just computed."""
-        old = inputs.get("old_per_token_logps")
-        if old is None or self._scoring.last_estimate is None:
-            return  # on-policy: every ratio is exactly 1
-        mask = inputs["completion_mask"].bool()  # (B, C)
-        log_r = self._scoring.last_estimate.token_logps.detach() - old  # (B, C)
-        level = ratio_input(self.loss_type, self.args.importance_sampling_level, self.args.stable_drl_ratio_form)
-        if level == SEQUENCE_INPUT:
-            log_r = ((log_r * mask).sum(-1) / mask.sum(-1).clamp(min=1))[:, None]  # (B, 1)
-            mask = mask.any(-1, keepdim=True)
-        local = torch.where(mask & torch.isfinite(log_r), log_r, -torch.inf).max().reshape(1)
-        value = gather(local.float()).max()
-        self._metrics["train" if self.model.training else "eval"]["stabledrl/weight_max"].append(
-            float(torch.exp(value.clamp(max=80.0)))
-        )
-
-    # ------------------------------------------------------------------ all-clipped guard
-
-    def _note_trl_clipping(self):
-        """TRL's losses: record whether every sample (token) of this micro-batch, over all processes, had its ratio
-        clipped, from the clip fraction TRL logged for it (`_TRL_CLIP_METRICS`)."""
-        keys = _TRL_CLIP_METRICS.get(self.loss_type)
-        metrics = self._metrics["train"]
-        if keys is None or not all(metrics.get(k) for k in keys):
-            return
-        self._scoring.note_clipping(sum(float(metrics[k][-1]) for k in keys))  # the values logged for this micro-batch
+    # ------------------------------------------------------------------ the optimiser step (diagnostics: diagnostics.py)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         output = super().training_step(model, inputs, num_items_in_batch)
@@ -1104,29 +793,6 @@ class StableDRLTrainer(GRPOTrainer):
                 self._metrics["train"][name].append(value)
         return output
 
-    def _end_clipping_step(self):
-        full = self._scoring.end_clipping_step()
-        if full is None:
-            return
-        self._all_clipped_streak = self._all_clipped_streak + 1 if full else 0
-        self._metrics["train"]["stabledrl/all_clipped"].append(float(full))
-        self._metrics["train"]["stabledrl/all_clipped_streak"].append(float(self._all_clipped_streak))
-        patience = self.args.all_clipped_patience
-        if patience and self._all_clipped_streak == patience:
-            if self.loss_type == "stable_drl":
-                effect = (
-                    f"every importance weight exceeded clip_c={self.args.clip_c}, so the group weights are uniform "
-                    "and the update ignores the ratios"
-                )
-            else:
-                effect = "the clipped objective gets no gradient from the ratios: the policy is not learning"
-            logger.warning(
-                f"Every sample was clipped for {patience} consecutive optimiser steps (up to step "
-                f"{self.state.global_step + 1}, loss_type={self.loss_type!r}): {effect}. The ratios are likely "
-                f"dominated by likelihood-estimator noise (likelihood_estimator={self.args.likelihood_estimator!r}, "
-                f"mask_seed_mode={self.args.mask_seed_mode!r}). Fix: use mask_seed_mode='shared', more mc_samples "
-                "or a lower learning rate; loss_type='stable_drl' keeps learning under such noise."
-            )
 
     def _compute_own_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
@@ -1144,6 +810,7 @@ class StableDRLTrainer(GRPOTrainer):
         g = self.num_generations if mode == "train" else self.num_generations_eval
         estimate = self._scoring.last_estimate
         args = self.args
+        objective = get_objective_spec(self.loss_type)
         x = PolicyLossInputs(
             per_token_logps=per_token_logps,
             old_per_token_logps=old,
@@ -1151,16 +818,20 @@ class StableDRLTrainer(GRPOTrainer):
             mask=mask,
             group_size=g,
             eubo=None if estimate is None else estimate.eubo,
-            clip_c=args.clip_c,
-            epsilon_low=self.epsilon_low,
-            epsilon_high=self.epsilon_high,
-            stable_drl_ratio_form=args.stable_drl_ratio_form,
-            sandwich=args.sandwich,
-            sandwich_omega=args.sandwich_omega,
-            dgpo_n=args.dgpo_n,
-            dgpo_m=args.dgpo_m,
+            settings=MappingProxyType(objective.settings_of(args)),  # the config fields it declares, read-only
         )
-        out = get_objective(self.loss_type)(x)
+        out = objective.fn(x)
+        if out.level != objective.level:
+            raise ValueError(
+                f"objective {self.loss_type!r} is registered with level={objective.level!r} but returned "
+                f"level={out.level!r}; register it with the level its unit_loss has."
+            )
+        missing = [k for k in objective.statistics if k != "clip_frac" and k not in out.stats]
+        if missing:
+            raise KeyError(
+                f"objective {self.loss_type!r} declares the statistics {missing} but its stats hold "
+                f"{sorted(out.stats)}; return them or leave them out of register_objective(statistics=...)."
+            )
         out = self._add_kl(out, inputs, per_token_logps, old, mask, g, mode)
         if out.level == "group":  # mean over the groups of the optimiser step
             accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
@@ -1174,8 +845,9 @@ class StableDRLTrainer(GRPOTrainer):
         clip_keys = [k for k in logged if k.endswith("clip_frac")]  # e.g. clip_frac; dgpo: low_ and high_clip_frac
         if mode == "train" and clip_keys:
             self._scoring.note_clipping(sum(logged[k] for k in clip_keys))
-        applied = out.stats["applied_weight"]
-        self._log_applied_weights(mode, applied, advantages, mask if applied.dim() == 2 else None)
+        if "applied_weight" in objective.statistics:
+            applied = out.stats["applied_weight"]
+            self._log_applied_weights(mode, applied, advantages, mask if applied.dim() == 2 else None)
         return loss
 
     def _add_kl(self, out, inputs, per_token_logps, old, mask, group_size, mode):
@@ -1197,18 +869,3 @@ class StableDRLTrainer(GRPOTrainer):
         self._metrics[mode]["kl"].append(float(totals[0] / totals[1].clamp(min=1.0)))
         return out
 
-    def _log_objective_stats(self, mode, stats, entropies, mask) -> dict[str, float]:
-        """Log the objective's scalar statistics as `stabledrl/<key>` (reduced over processes); returns them."""
-        m = self._metrics[mode]
-        logged = {}
-        for key, value in stats.items():
-            if key in ("weights", "applied_weight") or not isinstance(value, torch.Tensor) or value.ndim != 0:
-                continue
-            reduce = "max" if key.endswith("max") else ("sum" if key == "skipped" else "mean")
-            v = gather(value.detach().float().reshape(1))
-            logged[key] = float(v.max() if reduce == "max" else v.sum() if reduce == "sum" else v.mean())
-            m[f"stabledrl/{key}"].append(logged[key])
-        if entropies is not None:
-            ent = gather(((entropies * mask).sum() / mask.sum().clamp(min=1)).detach().reshape(1))
-            m["entropy"].append(float(ent.mean()))
-        return logged

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Loss types implemented in this package (mirrors stabledrl_config.OWN_LOSS_TYPES; kept here to avoid a cycle).
-OWN = ("stable_drl", "stable_drl_ratio", "dgpo")
+from .objectives import OBJECTIVES
+
 TRL_CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # TRL's two-sided clipped losses (epsilon, delta)
 
 
@@ -30,7 +30,8 @@ class Refusal:
     """A field refused, under `when`, at any value outside `neutral`.
 
     when: "always", "diffusion" (a masked-diffusion model: checked by the trainer), or "loss" (loss_type in
-    `losses`: checked at config construction). `needs` optionally names a bool field that must also be set (e.g.
+    `losses`, or, with `own`, any registered objective that does not declare the field among its settings
+    (`register_objective(settings=...)`): checked at config construction; see `refused_loss_types`). `needs` optionally names a bool field that must also be set (e.g.
     use_vllm) for the refusal to apply. `reason` says why the field cannot apply; `fix` what to do instead.
     """
 
@@ -40,6 +41,7 @@ class Refusal:
     fix: str
     losses: tuple = ()
     needs: str | None = None
+    own: bool = False
 
     def condition(self, config=None) -> str:
         """The condition in words; with `config`, the loss type it holds."""
@@ -48,7 +50,10 @@ class Refusal:
         if self.when == "diffusion":
             return "with a masked-diffusion model"
         text = (
-            f"with loss_type={config.loss_type!r}" if config is not None else f"with loss_type in {list(self.losses)}"
+            f"with loss_type={config.loss_type!r}"
+            if config is not None
+            else f"with loss_type in {list(self.losses)}"
+            + (" or a package objective not reading it" if self.own else "")
         )
         return text if self.needs is None else f"{text} and {self.needs}=True"
 
@@ -69,14 +74,14 @@ REFUSED: dict[str, Refusal] = {
         "loss",
         "the package's objectives add no entropy bonus",
         "use a TRL loss type (e.g. 'dapo') or leave entropy_coef=0.0",
-        losses=OWN,
+        own=True,
     ),
     "use_adaptive_entropy": Refusal(
         (False,),
         "loss",
         "the package's objectives add no entropy bonus",
         "use a TRL loss type (e.g. 'dapo') or leave use_adaptive_entropy=False",
-        losses=OWN,
+        own=True,
     ),
     "top_entropy_quantile": Refusal(
         (1.0,),
@@ -84,7 +89,7 @@ REFUSED: dict[str, Refusal] = {
         "the package's objectives weight whole sequences (stable_drl, stable_drl_ratio) or every "
         "token (dgpo) and do not mask low-entropy tokens",
         "use a TRL loss type (e.g. 'dapo') or leave top_entropy_quantile=1.0",
-        losses=OWN,
+        own=True,
     ),
     "off_policy_mask_threshold": Refusal(
         (None,),
@@ -92,7 +97,7 @@ REFUSED: dict[str, Refusal] = {
         "the package's objectives bound off-policy samples themselves (clip_c's clipped, "
         "self-normalised weights; dgpo's soft clipping) and do not apply TRL's off-policy sequence mask",
         "use a TRL loss type (e.g. 'dapo') or leave off_policy_mask_threshold=None",
-        losses=OWN,
+        own=True,
     ),
     # ---- loss-type-specific hyper-parameters: refused where the chosen loss does not read them
     "epsilon": Refusal(
@@ -101,7 +106,8 @@ REFUSED: dict[str, Refusal] = {
         "this objective has no epsilon clip range (stable_drl clips the weight at clip_c; sapo and "
         "vespo use their own parameters)",
         "remove epsilon (stable_drl: set clip_c)",
-        losses=("stable_drl", "sapo", "vespo"),
+        losses=("sapo", "vespo"),
+        own=True,
     ),
     "epsilon_high": Refusal(
         (None,),
@@ -109,20 +115,32 @@ REFUSED: dict[str, Refusal] = {
         "this objective has no upper clip range (stable_drl_ratio clips with epsilon on both sides; "
         "stable_drl clips the weight at clip_c)",
         "remove epsilon_high",
-        losses=("stable_drl", "stable_drl_ratio", "sapo", "vespo"),
+        losses=("sapo", "vespo"),
+        own=True,
     ),
     "delta": Refusal(
         (None,),
         "loss",
         "delta bounds the ratio of TRL's two-sided clipped losses only",
         f"remove delta, or use one of {list(TRL_CLIPPED)}",
-        losses=tuple(t for t in (*OWN, "cispo", "sapo", "vespo")),
+        losses=("cispo", "sapo", "vespo"),
+        own=True,
     ),
     "sapo_temperature_neg": Refusal(
-        (1.05,), "loss", "only loss_type='sapo' reads it", "remove it", losses=(*OWN, *TRL_CLIPPED, "cispo", "vespo")
+        (1.05,),
+        "loss",
+        "only loss_type='sapo' reads it",
+        "remove it",
+        losses=(*TRL_CLIPPED, "cispo", "vespo"),
+        own=True,
     ),
     "sapo_temperature_pos": Refusal(
-        (1.0,), "loss", "only loss_type='sapo' reads it", "remove it", losses=(*OWN, *TRL_CLIPPED, "cispo", "vespo")
+        (1.0,),
+        "loss",
+        "only loss_type='sapo' reads it",
+        "remove it",
+        losses=(*TRL_CLIPPED, "cispo", "vespo"),
+        own=True,
     ),
     **{
         name: Refusal(
@@ -130,7 +148,8 @@ REFUSED: dict[str, Refusal] = {
             "loss",
             "only loss_type='vespo' reads it",
             "remove it",
-            losses=(*OWN, *TRL_CLIPPED, "cispo", "sapo"),
+            losses=(*TRL_CLIPPED, "cispo", "sapo"),
+            own=True,
         )
         for name, default in (
             ("vespo_k_pos", 2.0),
@@ -145,14 +164,14 @@ REFUSED: dict[str, Refusal] = {
         "the package's objectives fix their own ratio level (stable_drl and stable_drl_ratio "
         "'mean': the sequence log-weight; dgpo: per token; stable_drl_ratio_form chooses for stable_drl_ratio)",
         "remove importance_sampling_level (stable_drl_ratio: set stable_drl_ratio_form)",
-        losses=OWN,
+        own=True,
     ),
     "vllm_importance_sampling_correction": Refusal(
         (False,),
         "loss",
         "the package's objectives do not multiply by TRL's vLLM importance-sampling ratio",
         "set vllm_importance_sampling_correction=False, or use a TRL loss type with vLLM",
-        losses=OWN,
+        own=True,
         needs="use_vllm",
     ),
     # ---- generation options of autoregressive models: refused for a masked-diffusion model
@@ -410,12 +429,20 @@ def _refuse(name: str, value, refusal: Refusal, config=None) -> None:
     )
 
 
+def refused_loss_types(name: str) -> tuple[str, ...]:
+    """The loss types under which the "loss" refusal of field `name` applies: every registered objective that does
+    not declare `name` among its settings (for a refusal with `own`), then the TRL loss types it lists."""
+    refusal = REFUSED[name]
+    own = tuple(o for o, spec in OBJECTIVES.items() if name not in spec.settings) if refusal.own else ()
+    return own + tuple(refusal.losses)
+
+
 def check_config_fields(config) -> None:
     """Refuse, at config construction, a field whose condition is known then (always, or the loss type)."""
     for name, refusal in REFUSED.items():
         if refusal.when == "diffusion" or refusal.needs is not None:  # the latter: after the model checks
             continue
-        if refusal.when == "loss" and config.loss_type not in refusal.losses:
+        if refusal.when == "loss" and config.loss_type not in refused_loss_types(name):
             continue
         if refusal.needs is not None and getattr(config, refusal.needs) is not True:
             continue
@@ -434,7 +461,7 @@ def check_model_fields(args, is_diffusion: bool | None) -> None:
     refusals += [(n, r) for n, r in REFUSED.items() if r.when == "loss" and r.needs is not None]
     for name, refusal in refusals:
         if refusal.when == "loss" and (
-            args.loss_type not in refusal.losses or getattr(args, refusal.needs) is not True
+            args.loss_type not in refused_loss_types(name) or getattr(args, refusal.needs) is not True
         ):
             continue
         value = getattr(args, name)

@@ -11,8 +11,9 @@ runs layers 2 to 5 in order; scripts call the same functions (never a copy of a 
 Layers, in the order they run; the one function that runs each, and what it may assume is known:
 
 1. config: `StableDRLConfig.__post_init__` (stabledrl_config.py). The fields alone: types, ranges and combinations
-   of fields, and the TRL fields refused by loss type; through this module's generic helpers (`check_config_values`,
-   `check_float`). `SamplerSettings.from_fields` (scripts/evaluate.py's sampler flags) builds a config to run it.
+   of fields, and the TRL fields refused by loss type; through the generic helpers of `checks.py` (`check_config_values`,
+   `check_float`). `SamplerSettings.from_fields` (scripts/evaluate.py's sampler flags) runs the
+   same sampler checks (`sampler_settings.check_sampler_values`) without building a config.
 2. inputs before loading: `check_inputs_before_loading(model, args, kwargs)`. The config (checked), the model as
    given (a path, a hub id or a model object) and the datasets, before TRL loads anything: a local path that does
    not exist, a model folder transformers cannot read, pickle-only weights (`check_model_source`, which the scripts
@@ -34,270 +35,33 @@ Layers, in the order they run; the one function that runs each, and what it may 
 6. run: safety.py, when training starts, resumes and saves: the output folder, the checkpoint to resume from,
    weights and gradients holding inf / NaN, a full disk.
 
-Value checks shared by the layers and the scripts:
-
-- `short_repr(value)`: the repr every error message prints, bounded (about 200 characters, nesting cut), so that a
-  huge value (a YAML alias bomb, a long list) cannot exhaust memory or flood the console while an error is built.
-- `check_config_values(config)`: every bool field holds a bool, every string field a string (not a list or
-  mapping) of at most MAX_STRING_FIELD characters, every float field (inherited ones included) a finite number
-  within its range, `reward_weights` finite numbers, and the integer fields the step layout relies on are positive;
-  the message names the field, the value and the valid range.
-- `load_yaml_checked(path)`: a YAML mapping with duplicate keys refused (naming the key and both lines) and values
-  that expand to more than `MAX_YAML_NODES` nodes through aliases refused before anything prints them.
+Value checks shared by the layers and the scripts (`short_repr`, `check_config_values`, `check_float`,
+`load_yaml_checked`, `check_num_threads`, `check_seed`) live in the ground-floor module `checks.py`, which imports
+nothing from the package, and are importable from here as before.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import numbers
 import os
-import reprlib
-import types
-import typing
 
-REPR_LIMIT = 200
-MAX_YAML_NODES = 100_000
-MAX_STRING_FIELD = 4096  # PATH_MAX: bounds what messages that print a string field's value can print
+from .checks import (  # noqa: F401  (the value checks every layer shares; importable from here as before)
+    FLOAT_RANGES,
+    INT_MINIMUMS,
+    MAX_SEED,
+    MAX_STRING_FIELD,
+    MAX_YAML_NODES,
+    REPR_LIMIT,
+    _hint_kinds,
+    check_config_values,
+    check_float,
+    check_num_threads,
+    check_seed,
+    load_yaml_checked,
+    short_repr,
+)
 
-_repr = reprlib.Repr()
-_repr.maxlevel = 3
-_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = _repr.maxfrozenset = _repr.maxdeque = 8
-_repr.maxstring = _repr.maxother = REPR_LIMIT
-
-
-def short_repr(value, limit: int = REPR_LIMIT) -> str:
-    """repr(value), cut to `limit` characters; nested containers are cut at depth 3 and 8 items before they are
-    formatted, so the cost is bounded whatever the value (a self-referencing or alias-expanded structure included)."""
-    text = _repr.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# ----------------------------------------------------------------------------------------------- config values
-
-# float field -> (low, low_open, high, high_open, advice). None: unbounded on that side. Every other float field must
-# be finite; these must also be in range.
-FLOAT_RANGES: dict[str, tuple] = {
-    # optimiser and schedule (TrainingArguments)
-    "learning_rate": (0.0, False, None, False, "e.g. 1e-6 (the official StableDRL recipe uses 1e-6)"),
-    "weight_decay": (0.0, False, None, False, "0.0 turns it off"),
-    "adam_beta1": (0.0, False, 1.0, True, "TRL's default is 0.9"),
-    "adam_beta2": (0.0, False, 1.0, True, "TRL's default is 0.999"),
-    "adam_epsilon": (0.0, True, None, False, "TRL's default is 1e-8"),
-    "max_grad_norm": (0.0, False, None, False, "0 turns clipping off; the default is 1.0"),
-    "num_train_epochs": (0.0, False, None, False, "the default is 3"),
-    "warmup_steps": (0.0, False, None, False, "a step count, or a fraction of the run below 1"),
-    "label_smoothing_factor": (0.0, False, 1.0, True, "0 turns it off"),
-    "logging_steps": (0.0, True, None, False, "a step count, or a fraction of the run below 1"),
-    "save_steps": (0.0, True, None, False, "a step count, or a fraction of the run below 1"),
-    "eval_steps": (0.0, True, None, False, "a step count, or a fraction of the run below 1"),
-    # generation (GRPOConfig)
-    "temperature": (0.0, False, None, False, "0 is greedy; the official StableDRL recipe uses 0.9"),
-    "top_p": (0.0, True, 1.0, False, "1.0 turns it off"),
-    "min_p": (0.0, False, 1.0, False, "None turns it off"),
-    "repetition_penalty": (0.0, True, None, False, "1.0 turns it off"),
-    "vllm_gpu_memory_utilization": (0.0, True, 1.0, False, "TRL's default is 0.3"),
-    # objective (GRPOConfig)
-    "beta": (0.0, False, None, False, "0.0 is no KL term"),
-    "epsilon": (0.0, False, None, False, "TRL's default is 0.2"),
-    "epsilon_high": (0.0, False, None, False, "None uses epsilon"),
-    "delta": (0.0, True, None, False, "None turns two-sided clipping off"),
-    "ref_model_mixup_alpha": (0.0, False, 1.0, False, "TRL's default is 0.6"),
-    "top_entropy_quantile": (0.0, False, 1.0, False, "1.0 keeps every token"),
-    "sapo_temperature_neg": (0.0, True, None, False, "TRL's default is 1.05"),
-    "sapo_temperature_pos": (0.0, True, None, False, "TRL's default is 1.0"),
-    "vllm_importance_sampling_clip_max": (0.0, True, None, False, "TRL's default is 3.0"),
-    # this package
-    "clip_c": (1.0, True, None, False, "the official StableDRL value is 5.0"),
-    "sandwich_beta": (0.0, True, None, False, "SPG uses 1.5"),
-    "sandwich_omega": (0.0, False, 1.0, False, "SPG uses 0.5"),
-    "dgpo_n": (0.0, True, None, False, "the default is 1.0"),
-    "dgpo_m": (0.0, True, None, False, "the default is 2.0"),
-    "cfg_scale": (0.0, False, None, False, "0 turns guidance off"),
-    "dream_alg_temp": (0.0, False, None, False, "0 reveals the most confident positions"),
-    "dream_eps": (0.0, False, 1.0, True, "Dream uses 1e-3"),
-    "p_mask_prompt": (0.0, False, 1.0, True, "None uses the estimator's default"),
-    "parallel_threshold": (0.0, True, 1.0, True, "Fast-dLLM uses 0.9; None turns it off"),
-    "block_confidence_threshold": (0.0, False, 1.0, False, "TraceRL uses 0.9"),
-}
-
-# integer field -> (smallest allowed value, advice); None stays allowed where the field allows it.
-INT_MINIMUMS: dict[str, tuple[int, str]] = {
-    "per_device_train_batch_size": (1, "the official recipe uses num_generations"),
-    "per_device_eval_batch_size": (1, "a multiple of the eval group size"),
-    "gradient_accumulation_steps": (1, "1 is no accumulation"),
-    "steps_per_generation": (1, "None uses gradient_accumulation_steps"),
-    "generation_batch_size": (1, "None derives it from the batch size and steps_per_generation"),
-    "num_generations": (1, "the official recipe uses 8"),
-    "num_generations_eval": (1, "None uses num_generations"),
-    "max_nonfinite_reward_steps": (1, "the default is 3"),
-}
-
-# str fields that also take other values by design (TrainingArguments: `fsdp=True`; scripts: a bool resume flag).
-_STR_FIELDS_TAKING_OTHER_TYPES = ("fsdp", "resume_from_checkpoint")
-
-
-def _range_text(low, low_open, high, high_open) -> str:
-    left = "(" if low_open or low is None else "["
-    right = ")" if high_open or high is None else "]"
-    return f"{left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
-
-
-def _in_range(value, low, low_open, high, high_open) -> bool:
-    if low is not None and (value < low or (low_open and value == low)):
-        return False
-    return not (high is not None and (value > high or (high_open and value == high)))
-
-
-def check_float(name: str, value, low=None, low_open=False, high=None, high_open=False, advice: str = "") -> None:
-    """Raise a ValueError naming `name` unless `value` is a finite number in the given range (None: unbounded)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}={short_repr(value)} ({type(value).__name__}) must be a number.")
-    finite = math.isfinite(float(value))
-    if not finite or not _in_range(value, low, low_open, high, high_open):
-        what = "is not finite" if not finite else "is out of range"
-        hint = f"; {advice}" if advice else ""
-        raise ValueError(
-            f"{name}={short_repr(value)} {what}: it must be a finite number in "
-            f"{_range_text(low, low_open, high, high_open)}{hint}."
-        )
-
-
-def _hint_kinds(hint) -> set:
-    """The non-None types a field annotation allows (`list[float]` stays one kind, it is not `float`)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return set(typing.get_args(hint)) - {type(None)}
-    return {hint}
-
-
-def check_config_values(config, hints: dict) -> None:
-    """Types and ranges of every field of a (StableDRL / GRPO / Training) config dataclass; see the module docstring.
-    `hints` maps field names to their resolved annotations."""
-    for f in dataclasses.fields(config):
-        if not f.init or f.name not in hints:
-            continue
-        value = getattr(config, f.name)
-        kinds = _hint_kinds(hints[f.name])
-        if value is None:
-            continue
-        if kinds == {bool}:
-            if not isinstance(value, bool) and type(value).__name__ != "bool_":  # numpy.bool_ is a bool too
-                fix = ""
-                if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
-                    fix = f" (write {value.strip().lower() in ('true', 'yes', '1')}, without quotes)"
-                raise TypeError(
-                    f"{f.name}={short_repr(value)} ({type(value).__name__}) must be True or False{fix}: a non-empty "
-                    "string such as 'false' is true in Python."
-                )
-        elif kinds == {str} and f.name not in _STR_FIELDS_TAKING_OTHER_TYPES:
-            if isinstance(value, (list, tuple, dict, set)):
-                raise TypeError(f"{f.name}={short_repr(value)} ({type(value).__name__}) must be a string.")
-            if isinstance(value, str) and len(value) > MAX_STRING_FIELD:  # later messages print it whole
-                raise ValueError(
-                    f"{f.name}={short_repr(value)} is {len(value)} characters long; at most {MAX_STRING_FIELD} "
-                    "(no setting or path is longer)."
-                )
-        elif kinds == {float} and isinstance(value, numbers.Real) and not isinstance(value, bool):
-            low, low_open, high, high_open, advice = FLOAT_RANGES.get(f.name, (None, False, None, False, ""))
-            check_float(f.name, value, low, low_open, high, high_open, advice)
-        elif kinds == {int} and f.name in INT_MINIMUMS and isinstance(value, int) and not isinstance(value, bool):
-            minimum, advice = INT_MINIMUMS[f.name]
-            if value < minimum:
-                raise ValueError(f"{f.name}={value} must be an integer >= {minimum}; {advice}.")
-    init_kwargs = getattr(config, "model_init_kwargs", None)
-    if isinstance(init_kwargs, dict):
-        for key in ("dtype", "torch_dtype"):
-            dtype = init_kwargs.get(key)
-            if isinstance(dtype, str) and dtype != "auto" and not _is_torch_dtype(dtype):
-                raise ValueError(
-                    f"model_init_kwargs[{key!r}]={short_repr(dtype)} is not a torch dtype; use 'auto', 'bfloat16', "
-                    "'float16' or 'float32'."
-                )
-    weights = getattr(config, "reward_weights", None)
-    if weights is not None:
-        if not isinstance(weights, (list, tuple)):
-            raise TypeError(
-                f"reward_weights={short_repr(weights)} must be a list of numbers (one per reward function)."
-            )
-        for i, w in enumerate(weights):
-            check_float(f"reward_weights[{i}]", w, advice="one finite weight per reward function")
-
-
-def _is_torch_dtype(name: str) -> bool:
-    import torch
-
-    return isinstance(getattr(torch, name, None), torch.dtype)
-
-
-# ----------------------------------------------------------------------------------------------- YAML
-
-
-def load_yaml_checked(path: str):
-    """`yaml.safe_load` of the file at `path`, refusing duplicate mapping keys (naming the key and both lines) and a
-    value that expands to more than MAX_YAML_NODES nodes through aliases (naming its key)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def construct_mapping(loader, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: let yaml raise its own error
-                break
-            if first is not None:
-                raise ValueError(
-                    f"{path}: duplicate key {short_repr(key)} on line {key_node.start_mark.line + 1} (first on line "
-                    f"{first}); YAML would silently keep the last value. Keep one of them."
-                )
-            seen[key] = key_node.start_mark.line + 1
-        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    with open(path) as f:
-        root = yaml.compose(f, Loader=Loader)
-    if root is None:
-        return None
-    _check_expanded_size(root, path)
-    with open(path) as f:
-        return yaml.load(f, Loader=Loader)  # noqa: S506 (a SafeLoader subclass)
-
-
-def _check_expanded_size(root, path: str) -> None:
-    """Count the nodes each top-level value expands to (aliases followed), memoised per node: linear time."""
-    import yaml
-
-    sizes: dict[int, int] = {}
-
-    def size(node) -> int:
-        if id(node) in sizes:
-            return sizes[id(node)]
-        sizes[id(node)] = 1  # a recursive alias counts once
-        if isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(n) for n in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            total = 1 + sum(size(k) + size(v) for k, v in node.value)
-        else:
-            total = 1
-        sizes[id(node)] = total
-        return total
-
-    items = root.value if isinstance(root, yaml.MappingNode) else [(None, root)]
-    for key_node, value_node in items:
-        n = size(value_node)
-        if n > MAX_YAML_NODES:
-            key = "the document" if key_node is None else repr(key_node.value)[:80]
-            raise ValueError(
-                f"{path}: the value of {key} (line {value_node.start_mark.line + 1}) expands to {n} YAML nodes through "
-                f"aliases (limit {MAX_YAML_NODES}); write the value out without nested aliases."
-            )
-
-
-# The layers below import the package's modules inside their functions: safety.py and stabledrl_config.py import
-# this module, and the model code (torch, transformers) is not needed by the config-only checks above.
+# The layers below import the package's modules inside their functions: the model code (torch, transformers) is not
+# needed before a layer runs.
 
 # ----------------------------------------------------------------------------------- layer 2: inputs before loading
 
@@ -469,20 +233,22 @@ SHARED_SAMPLER_FIELDS = (
     "max_completion_length", "temperature", "top_k", "top_p", "block_length", "diffusion_steps", "reward_text",
 )  # fmt: skip
 # StableDRLConfig fields only a diffusion LM reads besides its sampler settings: its likelihood estimator and its
-# special ids.
+# special ids (the estimators' own option fields, e.g. sdmc_nodes, come from the estimators registry).
 DIFFUSION_ESTIMATOR_FIELDS = (
-    "mask_token_id", "likelihood_estimator", "mc_samples", "sdmc_nodes", "p_mask_prompt", "estimator_block_size",
-    "estimator_chunk_size", "eos_tail", "completion_end",
+    "mask_token_id", "likelihood_estimator", "mc_samples", "p_mask_prompt", "estimator_chunk_size", "eos_tail",
+    "completion_end",
 )  # fmt: skip
 
 
 def diffusion_only_fields() -> tuple[str, ...]:
-    """The StableDRLConfig fields only a diffusion LM reads: the `SamplerSettings` fields but the shared ones, and the
-    estimator's."""
+    """The StableDRLConfig fields only a diffusion LM reads: the `SamplerSettings` fields but the shared ones, the
+    estimator's, and every registered estimator's option fields (`register_estimator(options=...)`)."""
+    from .diffusion.estimators import ESTIMATOR_SPECS
     from .diffusion.sampler_settings import SamplerSettings
 
     sampler = [name for name in SamplerSettings.field_names() if name not in SHARED_SAMPLER_FIELDS]
-    return (*sampler, *DIFFUSION_ESTIMATOR_FIELDS)
+    options = dict.fromkeys(f for spec in ESTIMATOR_SPECS.values() for f in spec.options.values())
+    return (*sampler, *DIFFUSION_ESTIMATOR_FIELDS, *(f for f in options if f not in DIFFUSION_ESTIMATOR_FIELDS))
 
 
 def unused_diffusion_fields(args) -> dict:
@@ -517,9 +283,9 @@ def _warn_unused_diffusion_fields(args) -> None:
 def _check_router_aux_loss(args, model, is_diffusion: bool, router_aux_loss_coef: float | None) -> None:
     """A mixture-of-experts model whose router auxiliary loss TRL would add (`router_aux_loss_coef` not None) but
     which a diffusion LM's estimator or the package's own objectives leave out: it would be silently ignored."""
-    from .stabledrl_config import OWN_LOSS_TYPES
+    from .objectives import OBJECTIVES
 
-    if router_aux_loss_coef is not None and (is_diffusion or args.loss_type in OWN_LOSS_TYPES):
+    if router_aux_loss_coef is not None and (is_diffusion or args.loss_type in OBJECTIVES):
         where = "a diffusion LM's estimator" if is_diffusion else f"loss_type={args.loss_type!r}"
         raise ValueError(
             f"router_aux_loss_coef={router_aux_loss_coef}: {type(model).__name__} is a mixture-of-experts "
@@ -556,8 +322,8 @@ def check_model_setup(
     Returns the model's `DiffusionAdapter` (mask, EOS and pad ids resolved and checked) for a diffusion LM, else None.
     """
     from . import safety
-    from .diffusion.adapter import NO_MASK_TOKEN, as_diffusion_lm
-    from .diffusion.family import get_family
+    from .diffusion.adapter import NO_MASK_TOKEN
+    from .diffusion.family import as_diffusion_lm, get_family
     from .trl_fields import check_model_fields
 
     _check_forced_diffusion(args, model, family)
@@ -608,9 +374,9 @@ def _check_generation_batch(args, train_dataset, num_processes: int) -> None:
 
 def _check_eval_layout(args, eval_dataset) -> None:
     """An eval batch that splits groups, for a loss type that normalises whole groups."""
-    from .stabledrl_config import GROUP_NORMALISED_LOSS_TYPES
+    from .objectives import needs_whole_groups
 
-    if eval_dataset is not None and args.loss_type in GROUP_NORMALISED_LOSS_TYPES:
+    if eval_dataset is not None and needs_whole_groups(args.loss_type):
         g = args.num_generations_eval or args.num_generations  # as TRL's num_generations_eval
         if args.per_device_eval_batch_size % g != 0:
             raise ValueError(
@@ -687,32 +453,3 @@ def check_launch_setup(args, num_processes: int, distributed_type) -> None:
     if multinode.num_nodes() > 1 and not args.save_on_each_node:
         # checkpoints are written once (global rank 0) and read by every rank on resume: one shared output_dir
         multinode.check_shared_directory(args.output_dir, "output_dir")
-
-
-# ------------------------------------------------------------------------------------ script arguments
-
-# transformers' set_seed seeds numpy's legacy generator, which takes 0 <= seed < 2**32.
-MAX_SEED = 2**32 - 1
-
-
-def check_num_threads(value, name: str = "num_threads") -> None:
-    """`num_threads` (torch's intra-op CPU threads) is None or a positive integer; `name` is the field or flag the
-    user set (scripts/train.py, evaluate.py and sft.py run this check)."""
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(
-            f"{name}={value!r} must be a positive integer (torch's intra-op CPU threads; 1 is fastest for tiny "
-            f"models on a small or busy CPU), or leave {name} out to keep torch's default."
-        )
-
-
-def check_seed(value, name: str = "seed", high: int | None = MAX_SEED) -> None:
-    """A seed is an integer in [0, high]: numpy (transformers' set_seed) and datasets' shuffle refuse negative seeds,
-    deep inside their own code and without the field's name."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (high is not None and value > high):
-        bound = f"from 0 to {high}" if high is not None else ">= 0"
-        raise ValueError(
-            f"{name}={value!r} is not a valid seed: give an integer {bound} (numpy and datasets refuse negative "
-            "seeds), e.g. 42."
-        )

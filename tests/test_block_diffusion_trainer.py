@@ -7,7 +7,7 @@ import torch
 from datasets import Dataset
 
 from stabledrl_trl import StableDRLConfig, StableDRLTrainer
-from stabledrl_trl.diffusion.families import sdar as family_module  # the block family calls these
+from stabledrl_trl.diffusion.families import block_causal as family_module  # the block families call these
 from stabledrl_trl.diffusion.family import detect_family
 from stabledrl_trl.stabledrl_config import TRL_LOSS_TYPES
 from stabledrl_trl.stabledrl_trainer import expert_load_entropy

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from stabledrl_trl.diffusion.adapter import DiffusionAdapter
+from stabledrl_trl.diffusion.family import get_family
 from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
 from stabledrl_trl.evaluation import evaluate_draws, evaluate_model, left_pad
 from stabledrl_trl.tasks.digit_sort import digit_sort_correctness_reward, format_example
@@ -51,7 +52,7 @@ def _rows(digit_strings):
 
 def _fixed_adapter(tokenizer, answer: str) -> DiffusionAdapter:
     answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [EOT]
-    return DiffusionAdapter(FixedAnswerModel(answer_ids), "llada", MASK, (EOS, EOT), EOS)
+    return DiffusionAdapter(FixedAnswerModel(answer_ids), get_family("llada"), MASK, (EOS, EOT), EOS)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
@@ -168,8 +169,8 @@ def test_bad_arguments(tiny_tokenizer, tiny_llada):
 
 def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
     """An SDAR model is evaluated with its cached block sampler: the records equal block_generate's completions."""
-    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
     from stabledrl_trl.diffusion.block_sampler import block_generate
+    from stabledrl_trl.diffusion.family import as_diffusion_lm
     from stabledrl_trl.evaluation import render_prompt
     from stabledrl_trl.sft import build_tiny_model
 
@@ -201,7 +202,7 @@ def test_block_diffusion_model_uses_the_block_sampler(tiny_tokenizer):
 def _evaluate_fixed(tokenizer, answer, rows, task, grading):
     gen = 32
     answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [EOT]
-    adapter = DiffusionAdapter(FixedAnswerModel(answer_ids, gen=gen), "llada", MASK, (EOS, EOT), EOS)
+    adapter = DiffusionAdapter(FixedAnswerModel(answer_ids, gen=gen), get_family("llada"), MASK, (EOS, EOT), EOS)
     return evaluate_model(adapter, tokenizer, rows, task, settings=_settings(gen, gen, gen), progress=False,
                           grading=grading)  # fmt: skip
 
@@ -276,7 +277,7 @@ def test_each_family_is_evaluated_with_its_training_sampler(tiny_tokenizer, tiny
                         block_length=None)
     assert calls == ["dream"]
     # the completions are Dream's sampler's, run directly on the same left-padded prompts
-    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+    from stabledrl_trl.diffusion.family import as_diffusion_lm
     from stabledrl_trl.evaluation import render_prompt
 
     ids = [
@@ -306,7 +307,7 @@ def test_block_diffusion_model_is_evaluated_with_its_block_sampler(tiny_tokenize
         torch.manual_seed(0)
         sdar = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_sdar_config_dict())).eval()
     calls = []
-    from stabledrl_trl.diffusion.families import sdar as sdar_family
+    from stabledrl_trl.diffusion.families import block_causal as sdar_family  # where the block families call it
 
     block_generate = sdar_family.block_generate
 

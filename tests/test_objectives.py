@@ -620,15 +620,39 @@ def test_stable_drl_ratio_stats_use_unclipped_ratios():
     assert out.stats["log_ratio_std"].item() == pytest.approx(statistics.stdev(log_ratio.tolist()))
 
 
-def test_registry_lists_exactly_the_package_loss_types_and_refuses_unknown_names():
-    from stabledrl_trl.stabledrl_config import OWN_LOSS_TYPES
+def test_registry_lists_the_package_loss_types_and_refuses_unknown_names():
+    from stabledrl_trl.objectives import TRL_LOSS_TYPES, known_loss_types, register_objective
 
-    assert sorted(OBJECTIVES) == sorted(OWN_LOSS_TYPES)
+    assert list(OBJECTIVES)[:3] == ["stable_drl", "stable_drl_ratio", "dgpo"]
+    assert known_loss_types() == (*OBJECTIVES, *TRL_LOSS_TYPES)
+    assert [OBJECTIVES[n].level for n in ("stable_drl", "stable_drl_ratio", "dgpo")] == ["group", "group", "token"]
     with pytest.raises(ValueError, match=r"'grpo_typo'.*stable_drl"):
         get_objective("grpo_typo")
+    # a registration that could not work is refused when it is made, naming what to change
+    with pytest.raises(ValueError, match="one of TRL's loss types"):
+        register_objective("dapo", level="token")
+    with pytest.raises(ValueError, match="already registered"):
+        register_objective("stable_drl", level="group")
+    with pytest.raises(ValueError, match="level='sequence'.*'group', 'token'"):
+        register_objective("new_objective", level="sequence")
+    with pytest.raises(ValueError, match=r"statistics \['weights'\]"):
+        register_objective("new_objective", level="group", statistics=("weights",))
+    assert "new_objective" not in OBJECTIVES and "dapo" not in OBJECTIVES
 
 
-def _policy_inputs(**hyper) -> PolicyLossInputs:
+def test_each_objective_declares_what_its_ratio_is_built_from():
+    from stabledrl_trl.objectives import SEQUENCE_INPUT, TOKEN_INPUT, ratio_input
+
+    assert ratio_input("stable_drl") == SEQUENCE_INPUT and ratio_input("dgpo") == TOKEN_INPUT
+    assert ratio_input("stable_drl_ratio", stable_drl_ratio_form="mean") == SEQUENCE_INPUT
+    assert ratio_input("stable_drl_ratio", stable_drl_ratio_form="sum") == TOKEN_INPUT
+    assert ratio_input("grpo", "sequence") == SEQUENCE_INPUT and ratio_input("grpo", "token") == TOKEN_INPUT
+    assert ratio_input("vespo", "sequence") == TOKEN_INPUT
+    with pytest.raises(ValueError, match="stable_drl_ratio_form='max'"):
+        ratio_input("stable_drl_ratio", stable_drl_ratio_form="max")
+
+
+def _policy_inputs(**settings) -> PolicyLossInputs:
     """Two groups of three rows, four token slots, ragged masks; per-token values as log-probs."""
     gen = torch.Generator().manual_seed(3)
     logps = (-torch.rand(6, 4, generator=gen, dtype=F64) * 2).requires_grad_(True)  # (B, T)
@@ -636,7 +660,7 @@ def _policy_inputs(**hyper) -> PolicyLossInputs:
     mask = t64([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
     adv = t64([1.0, -0.5, -0.5, 0.7, -0.2, -0.5])
     eubo = -torch.rand(6, generator=gen, dtype=F64)
-    return PolicyLossInputs(logps, old, adv, mask, 3, eubo=eubo, **hyper)
+    return PolicyLossInputs(logps, old, adv, mask, 3, eubo=eubo, settings=settings)
 
 
 def _same(a: ObjectiveOutput, b: ObjectiveOutput):
@@ -662,16 +686,22 @@ def test_stable_drl_entry_is_the_pure_function_on_masked_sequence_means():
 
 @pytest.mark.parametrize("form", ["mean", "sum"])
 def test_stable_drl_ratio_entry_builds_the_sequence_log_ratio_of_its_form(form):
-    x = _policy_inputs(epsilon_low=0.1, epsilon_high=0.9, stable_drl_ratio_form=form)
+    x = _policy_inputs(epsilon=0.1, stable_drl_ratio_form=form)
     total = ((x.per_token_logps - x.old_per_token_logps) * x.mask).sum(-1)
     log_ratio = total / x.mask.sum(-1) if form == "mean" else total
     _same(get_objective("stable_drl_ratio")(x), stable_drl_ratio_loss(log_ratio, x.advantages, 3, epsilon=0.1))
 
 
 def test_dgpo_entry_passes_its_hyperparameters():
-    x = _policy_inputs(epsilon_low=0.1, epsilon_high=0.3, dgpo_n=2.0, dgpo_m=3.0)
+    x = _policy_inputs(epsilon=0.1, epsilon_high=0.3, dgpo_n=2.0, dgpo_m=3.0)
     expected = dgpo_loss(
         x.per_token_logps, x.old_per_token_logps, x.advantages, x.mask, epsilon_low=0.1, epsilon_high=0.3, n=2.0, m=3.0
+    )
+    _same(get_objective("dgpo")(x), expected)
+    # epsilon_high None reads epsilon on both sides, as TRL resolves it
+    x = _policy_inputs(epsilon=0.1, epsilon_high=None, dgpo_n=2.0, dgpo_m=3.0)
+    expected = dgpo_loss(
+        x.per_token_logps, x.old_per_token_logps, x.advantages, x.mask, epsilon_low=0.1, epsilon_high=0.1, n=2.0, m=3.0
     )
     _same(get_objective("dgpo")(x), expected)
 

@@ -164,32 +164,63 @@ def test_training_steps_run_every_override_and_change_the_model(tmp_path):
         assert h["stabledrl/log_ratio_std"] > 0
 
 
-def test_trainer_dispatches_to_a_registered_objective_without_edits(tmp_path, monkeypatch):
-    """Replace the registered entry of loss_type "stable_drl" with a toy one: the trainer calls it with the batch's
-    inputs and the config's hyper-parameters, normalises its group loss and logs its statistics."""
+@pytest.fixture
+def register_objective():
+    """`objectives.register_objective`, with every name this test registers removed again afterwards."""
     from stabledrl_trl import objectives
 
+    names = []
+
+    def register(name, **declared):
+        def wrap(fn):
+            objectives.register_objective(name, **declared)(fn)
+            names.append(name)
+            return fn
+
+        return wrap
+
+    yield register
+    for name in names:
+        objectives.OBJECTIVES.pop(name)
+
+
+def test_a_new_objective_is_one_registration(tmp_path, register_objective):
+    """A new loss_type registered here (and nowhere else): the config accepts it, refuses GRPOConfig fields it does
+    not declare, the trainer calls it with the batch and its declared settings, normalises its group loss, logs its
+    statistics and trains the model, and the model card names it."""
+    from stabledrl_trl import objectives
+
+    with pytest.raises(ValueError, match="loss_type='toy_group' is not known"):
+        make_args(tmp_path, loss_type="toy_group")
     seen = []
 
+    @register_objective("toy_group", level="group", settings=("clip_c",), statistics=("applied_weight",))
     def toy(x: objectives.PolicyLossInputs) -> objectives.ObjectiveOutput:
         seen.append(x)
+        seq = x.sequence_mean(x.per_token_logps)  # (B,)
         groups = x.advantages.shape[0] // x.group_size
-        unit = 0.0 * x.per_token_logps.sum() + torch.full((groups,), 3.0)  # (G_n,), differentiable
+        # value 3.0 per group, gradient of -sum_i A_i L_i: the policy moves
+        unit = (-(x.advantages * (seq - seq.detach()))).view(groups, -1).sum(-1) + 3.0  # (G_n,)
         ones = torch.ones_like(x.advantages)
         return objectives.ObjectiveOutput(unit, "group", {"toy_stat": torch.tensor(0.25), "applied_weight": ones})
 
-    monkeypatch.setitem(objectives.OBJECTIVES, "stable_drl", toy)
+    with pytest.raises(ValueError, match="epsilon=0.3 cannot apply with loss_type='toy_group'"):
+        make_args(tmp_path, loss_type="toy_group", epsilon=0.3)
+    args = make_args(tmp_path, loss_type="toy_group", max_steps=2, clip_c=3.5, per_device_train_batch_size=8)
+    assert args.mask_seed_mode == "shared"  # what a registration leaves unset: the safe automatic mode
+    model = make_llada()
+    before = params_copy(model)
     trainer = StableDRLTrainer(
-        model=make_llada(),
+        model=model,
         reward_funcs=digit_reward,
-        args=make_args(tmp_path, max_steps=2, clip_c=3.5, per_device_train_batch_size=8),
+        args=args,
         train_dataset=make_dataset(),
         processing_class=build_tiny_tokenizer(),
     )
     trainer.train()
     assert len(seen) == 2
     for x in seen:
-        assert x.group_size == 4 and x.clip_c == 3.5 and x.per_token_logps.shape == x.mask.shape
+        assert x.group_size == 4 and dict(x.settings) == {"clip_c": 3.5} and x.per_token_logps.shape == x.mask.shape
         assert x.per_token_logps.requires_grad and not x.old_per_token_logps.requires_grad
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2
@@ -202,6 +233,88 @@ def test_trainer_dispatches_to_a_registered_objective_without_edits(tmp_path, mo
         h[k] for h in logs for k in ("stabledrl/weight_mean_neg_adv", "stabledrl/weight_mean_pos_adv") if k in h
     ]
     assert weights and all(w == 1.0 for w in weights)
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+    from stabledrl_trl.model_card import describe_objective
+
+    assert "`toy_group`" in describe_objective(args)[1]
+
+
+def test_a_new_token_objective_without_optional_statistics_trains(tmp_path, register_objective):
+    """A token-level objective that returns no applied weights: nothing is looked up that it did not declare; a
+    statistic it declares but does not return is named in the error."""
+    from stabledrl_trl import objectives
+
+    @register_objective("toy_token", level="token")
+    def toy(x):
+        return objectives.ObjectiveOutput(-(x.per_token_logps - x.per_token_logps.detach()) * x.advantages[:, None], "token")
+
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, loss_type="toy_token", max_steps=1),
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    trainer.train()
+    (log,) = [h for h in trainer.state.log_history if "loss" in h]
+    assert log["loss"] == pytest.approx(0.0, abs=1e-6) and "stabledrl/weight_mean_pos_adv" not in log
+
+    @register_objective("toy_token_stats", level="token", statistics=("applied_weight",))
+    def toy_stats(x):
+        return toy(x)
+
+    trainer = StableDRLTrainer(
+        model=make_llada(),
+        reward_funcs=digit_reward,
+        args=make_args(tmp_path, loss_type="toy_token_stats", max_steps=1),
+        train_dataset=make_dataset(),
+        processing_class=build_tiny_tokenizer(),
+    )
+    with pytest.raises(KeyError, match=r"'toy_token_stats' declares the statistics \['applied_weight'\]"):
+        trainer.train()
+
+
+def test_a_new_estimator_is_one_registration(tmp_path):
+    """A likelihood estimator registered here (and nowhere else): the config accepts its name, the family passes it
+    its declared option from the config and its default sample count, and a step trains with it."""
+    from stabledrl_trl.diffusion import estimators
+
+    with pytest.raises(ValueError, match="likelihood_estimator='toy_blocks' is not known"):
+        make_args(tmp_path, likelihood_estimator="toy_blocks")
+    calls = []
+
+    @estimators.register_estimator("toy_blocks", default_samples=3, options={"block_size": "estimator_block_size"})
+    def toy_blocks(logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *, mask_token_id, seed,
+                   num_samples=None, p_mask_prompt=0.0, chunk_size=None, eubo_beta=None, context_mask=None,
+                   mask_context=False, block_size=32):  # fmt: skip
+        calls.append((num_samples, block_size, p_mask_prompt))
+        return estimators.block_random(
+            logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id=mask_token_id,
+            seed=seed, num_samples=num_samples, p_mask_prompt=p_mask_prompt, chunk_size=chunk_size,
+            eubo_beta=eubo_beta, context_mask=context_mask, mask_context=mask_context, block_size=block_size,
+        )  # fmt: skip
+
+    try:
+        with pytest.raises(ValueError, match="sandwich=True needs likelihood_estimator="):
+            make_args(tmp_path, likelihood_estimator="toy_blocks", sandwich=True)
+        args = make_args(tmp_path, likelihood_estimator="toy_blocks", estimator_block_size=2, max_steps=1)
+        assert args.num_mc_samples == 3
+        model = make_llada()
+        before = params_copy(model)
+        trainer = StableDRLTrainer(
+            model=model,
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=make_dataset(),
+            processing_class=build_tiny_tokenizer(),
+        )
+        trainer.train()
+    finally:
+        estimators.ESTIMATOR_SPECS.pop("toy_blocks")
+    assert calls and set(calls) == {(3, 2, 0.0)}  # its default samples, the config's block size, its own p_mask
+    (log,) = [h for h in trainer.state.log_history if "loss" in h]
+    assert log["stabledrl/estimator_passes"] == 3.0
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
 
 
 def test_lora_trains_adapters_only(tmp_path):
@@ -401,7 +514,7 @@ def test_reward_function_that_raises_names_function_and_sample(tmp_path):
 
 @pytest.mark.parametrize("where", ["current", "old"])
 def test_nonfinite_likelihood_estimate_is_dropped_and_training_continues(tmp_path, monkeypatch, where):
-    import stabledrl_trl.diffusion.families.llada as mod  # the full-attention families call it
+    import stabledrl_trl.diffusion.families.full_attention as mod  # the full-attention families call it
 
     real = mod.estimate_likelihood
 
@@ -525,7 +638,7 @@ def test_reward_error_mid_run_leaves_last_checkpoint_intact(tmp_path):
 
 @pytest.mark.parametrize("reward_text", ["completion", "canvas"])
 def test_rollout_mode_is_used_and_rollout_cost_is_logged(tmp_path, monkeypatch, reward_text):
-    import stabledrl_trl.diffusion.family as family_module
+    from stabledrl_trl.diffusion import family_base as family_module  # where the samplers are called
 
     seen = []
     original = family_module.llada_generate
@@ -788,7 +901,7 @@ def test_sampler_setting_the_family_ignores_is_refused_at_construction(tmp_path)
 def test_llada_rollouts_draw_from_the_configured_top_k(tmp_path, monkeypatch):
     """GRPOConfig's top_k / top_p reach LLaDA's sampler: with top_k=1 every draw is the argmax, so at temperature
     0.9 every completion of a prompt equals the greedy one."""
-    from stabledrl_trl.diffusion import family as family_module
+    from stabledrl_trl.diffusion import family_base as family_module  # where the samplers are called
 
     seen = []
     llada_generate = family_module.llada_generate

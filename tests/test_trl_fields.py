@@ -18,9 +18,9 @@ from test_reliability import digit_reward, make_args, make_dataset, make_llada, 
 from trl import GRPOConfig
 
 from stabledrl_trl import StableDRLConfig, StableDRLTrainer
-from stabledrl_trl.objectives import ObjectiveOutput, add_kl_penalty
+from stabledrl_trl.objectives import ObjectiveOutput, add_kl_penalty, own_loss_types
 from stabledrl_trl.tiny import build_tiny_tokenizer
-from stabledrl_trl.trl_fields import HONOURED, OWN, REFUSED, REFUSED_DIFFUSION, UNUSED
+from stabledrl_trl.trl_fields import HONOURED, REFUSED, REFUSED_DIFFUSION, UNUSED, refused_loss_types
 
 TESTS = Path(__file__).parent
 
@@ -83,7 +83,7 @@ def config(tmp_path, **kw):
 def test_field_that_cannot_apply_to_the_loss_is_refused_at_construction(tmp_path, name):
     value, honouring_loss = BAD_VALUES[name]  # a KeyError here: give the new refusal a test value
     refusal = REFUSED[name]
-    losses = refusal.losses or ("stable_drl",)
+    losses = refused_loss_types(name) or ("stable_drl",)
     for loss_type in losses:
         if loss_type == "luspo":  # TRL's luspo needs sequence-level ratios
             continue
@@ -208,7 +208,7 @@ def test_kl_penalty_matches_a_hand_computation():
     assert (kl >= 0).all()
 
 
-@pytest.mark.parametrize("loss_type", OWN)
+@pytest.mark.parametrize("loss_type", own_loss_types())
 def test_beta_adds_a_kl_term_to_the_packages_objectives(tmp_path, loss_type):
     """beta=0.04 with the default loss: the config picks shared masks (no mask mode chosen), the KL to the
     reference is logged and changes the update once the policy has moved away from the reference."""

@@ -1,7 +1,8 @@
 """One calling convention for every masked diffusion LM: `adapter(input_ids, attention_mask) -> aligned logits`.
 
 The sampler, the likelihood estimators and the trainer only ever call a `DiffusionAdapter`. It hides what differs
-between model families, reading each fact from the model's family (`diffusion/family.py`, which also detects it):
+between model families, reading each fact from the model's family object, which it is handed (`as_diffusion_lm` in `diffusion/family.py`
+detects it):
 - logit alignment: logits[:, i] predicts token i, except for families with `shifted_logits` (Dream / DiffuCoder,
   trained from an autoregressive model: output i-1 holds the prediction for token i), which the adapter shifts back
   (see `DiffusionAdapter.__call__`);
@@ -44,7 +45,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     return model
 
 
-def _as_id_list(value) -> list[int]:
+def as_id_list(value) -> list[int]:
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
@@ -81,14 +82,20 @@ def realign_shifted_logits(logits: torch.Tensor, attention_mask: torch.Tensor | 
 class DiffusionAdapter:
     """Calls a masked diffusion LM and returns logits aligned with the input positions, in float32.
 
-    Attributes: `model` (what is called, possibly a DDP / FSDP / PEFT wrapper), `family`, `mask_token_id`,
-    `eos_token_ids` (EOS and end-of-turn ids), `pad_token_id`. Build it with `as_diffusion_lm`.
+    Attributes: `model` (what is called, possibly a DDP / FSDP / PEFT wrapper), `family_object` (its
+    `DiffusionFamily`), `family` (that family's name), `mask_token_id`, `eos_token_ids` (EOS and end-of-turn ids),
+    `pad_token_id`. Build it with `as_diffusion_lm` (`diffusion/family.py`), which detects the family; this module
+    is handed the family object and never imports the registry (the families build on the adapter).
     """
 
-    def __init__(self, model: nn.Module, family: str, mask_token_id: int, eos_token_ids, pad_token_id: int):
-        from .family import get_family  # the family module builds on this one
-
-        self._spec = get_family(family)  # raises for an unknown name, listing the registered ones
+    def __init__(self, model: nn.Module, family, mask_token_id: int, eos_token_ids, pad_token_id: int):
+        if isinstance(family, str) or not all(
+            hasattr(family, fact) for fact in ("name", "shifted_logits", "supports_canvas_cache")
+        ):
+            raise TypeError(
+                f"DiffusionAdapter needs the model's DiffusionFamily object, got {family!r}; pass "
+                "stabledrl_trl.diffusion.family.get_family(name), or build the adapter with as_diffusion_lm."
+            )
         eos_token_ids = tuple(dict.fromkeys(int(t) for t in eos_token_ids))
         if not eos_token_ids:
             raise ValueError(
@@ -103,7 +110,8 @@ class DiffusionAdapter:
         if mask_token_id in eos_token_ids:
             raise ValueError(f"mask_token_id={mask_token_id} is also an EOS id {eos_token_ids}; fix the special ids.")
         self.model = model
-        self.family = family
+        self.family_object = family
+        self.family = family.name
         self.mask_token_id = int(mask_token_id)
         self.eos_token_ids = eos_token_ids
         self.pad_token_id = int(pad_token_id)
@@ -121,7 +129,7 @@ class DiffusionAdapter:
     def supports_canvas_cache(self) -> bool:
         """Whether the model's forward accepts the approximate `CanvasCache` (LLaDA: Fast-dLLM-style prefix / dual
         cache); the family says."""
-        return self._spec.supports_canvas_cache
+        return self.family_object.supports_canvas_cache
 
     def __call__(
         self,
@@ -172,7 +180,7 @@ class DiffusionAdapter:
                 index = torch.arange(n - logits_to_keep, n, device=input_ids.device)
             else:
                 index = logits_to_keep.to(device=input_ids.device, dtype=torch.long).reshape(-1)  # (K,)
-        if self._spec.shifted_logits:
+        if self.family_object.shifted_logits:
             logits = self._shifted_logits(input_ids, attention_mask, index, kwargs)
         elif index is not None and self._model_keeps_logits:
             out = self.model(input_ids=input_ids, logits_to_keep=index, **kwargs)
@@ -221,84 +229,11 @@ class DiffusionAdapter:
 NO_MASK_TOKEN = -1
 
 
-def as_diffusion_lm(
-    model: nn.Module,
-    tokenizer=None,
-    family: str | None = None,
-    mask_token_id: int | None = None,
-    eos_token_ids=None,
-    pad_token_id: int | None = None,
-) -> DiffusionAdapter:
-    """Wrap `model` (LLaDA, Dream, a masked LM; possibly inside DDP / FSDP / PEFT) in a `DiffusionAdapter`.
+def __getattr__(name: str):
+    """`as_diffusion_lm` is defined in `diffusion/family.py` (it detects the model's family, so it sits above the
+    families, which build on this module); it stays importable from here."""
+    if name == "as_diffusion_lm":
+        from .family import as_diffusion_lm
 
-    family: a registered family's name; detected from the model when None (`family.detect_family`).
-    mask_token_id: the argument, else the model config's `mask_token_id`, else the tokenizer's mask token.
-    eos_token_ids: the argument, else the config's (and generation config's) eos ids plus the tokenizer's EOS and
-        end-of-turn tokens ("<|eot_id|>", "<|im_end|>", DiffuCoder's "<|dlm_pad|>") when it has them.
-    pad_token_id: the argument, else the tokenizer's pad id (it is what pads the batches), else the config's.
-    """
-    if isinstance(model, DiffusionAdapter):
-        model = model.model
-    inner = unwrap_model(model)
-    config = getattr(inner, "config", None)
-    from .family import FAMILIES, detect_family, family_labels, get_family  # the family module builds on this one
-
-    if family is None:
-        family = detect_family(model)
-        if family is None:
-            model_type = getattr(config, "model_type", None)
-            raise ValueError(
-                f"{type(inner).__name__} (model_type={model_type!r}) is not a masked diffusion LM ({family_labels()})."
-                f" Load a diffusion model, or pass family= one of {sorted(FAMILIES)} if it is one."
-            )
-    get_family(family)  # raises for an unknown name
-
-    explicit_mask = mask_token_id is not None
-    if getattr(get_family(family), "mask_free", False):  # uniform-noise corruption (DiffusionGemma): no mask token
-        if explicit_mask and mask_token_id != NO_MASK_TOKEN:
-            raise ValueError(f"mask_token_id={mask_token_id}: {family} models have no mask token; remove it.")
-        mask_token_id = NO_MASK_TOKEN
-    if mask_token_id is None:
-        config_mask = getattr(config, "mask_token_id", None)
-        tokenizer_mask = getattr(tokenizer, "mask_token_id", None) if tokenizer is not None else None
-        if config_mask is not None and tokenizer_mask is not None and config_mask != tokenizer_mask:
-            raise ValueError(
-                f"The model config's mask_token_id={config_mask} differs from the tokenizer's mask token id "
-                f"{tokenizer_mask}; give the right one explicitly: the StableDRLConfig field mask_token_id (YAML "
-                "`mask_token_id: N`), or as_diffusion_lm(..., mask_token_id=N)."
-            )
-        mask_token_id = config_mask if config_mask is not None else tokenizer_mask
-    if mask_token_id is None:
-        raise ValueError(
-            f"No mask token id for {type(inner).__name__}: neither its config nor the tokenizer defines one. Set "
-            "the StableDRLConfig field mask_token_id (YAML `mask_token_id: N`), as_diffusion_lm(..., mask_token_id=N), "
-            "model.config.mask_token_id or tokenizer.mask_token."
-        )
-
-    if eos_token_ids is None:
-        eos_token_ids = _as_id_list(getattr(config, "eos_token_id", None))
-        generation_config = getattr(inner, "generation_config", None)
-        eos_token_ids += _as_id_list(getattr(generation_config, "eos_token_id", None))
-        if tokenizer is not None:
-            eos_token_ids += _as_id_list(tokenizer.eos_token_id)
-            vocab = tokenizer.get_vocab()
-            eos_token_ids += [vocab[token] for token in END_OF_TURN_TOKENS if token in vocab]
-    else:
-        eos_token_ids = _as_id_list(eos_token_ids)
-
-    if pad_token_id is None:
-        pad_token_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
-        if pad_token_id is None:
-            pad_token_id = getattr(config, "pad_token_id", None)
-    if pad_token_id is None:
-        raise ValueError(
-            "No pad token id: set tokenizer.pad_token (e.g. `tokenizer.pad_token = tokenizer.eos_token`), "
-            "model.config.pad_token_id, or pass pad_token_id=..."
-        )
-    if explicit_mask and int(mask_token_id) == int(pad_token_id):
-        raise ValueError(
-            f"mask_token_id={mask_token_id} is the pad token id: padding would read as masked positions. Give the "
-            "model's mask token id (its config's mask_token_id or the tokenizer's mask token), or leave mask_token_id "
-            "unset to read it from there."
-        )
-    return DiffusionAdapter(model, family, int(mask_token_id), eos_token_ids, int(pad_token_id))
+        return as_diffusion_lm
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

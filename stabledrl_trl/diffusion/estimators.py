@@ -47,9 +47,10 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -619,50 +620,194 @@ def coupled(
     )  # fmt: skip
 
 
-ESTIMATORS: dict[str, Callable[..., LikelihoodEstimate]] = {
-    "mean_field": mean_field,
-    "mc_elbo": mc_elbo,
-    "mc_elbo_inv_t": mc_elbo_inv_t,
-    "block_random": block_random,
-    "block_random_coupled": block_random_coupled,
-    "coupled": coupled,
-    "sdmc": sdmc,
-    "sdmc_coupled": sdmc_coupled,
-}
-# Forward passes forming one unit of each estimator (num_samples must be a multiple; sdmc: per node).
-PAIRED = ("coupled", "block_random_coupled")
-SDMC = ("sdmc", "sdmc_coupled")
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered likelihood estimator and what the rest of the package derives from it (the config's accepted
+    names and sample checks, `DiffusionFamily.estimator_options` / `num_mc_samples` / `estimator_passes`, the
+    memory planner; none keeps its own list of estimators).
+
+    fn: the estimator, called as `fn(logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
+    mask_token_id, seed, num_samples, p_mask_prompt, chunk_size, eubo_beta, context_mask, mask_context, **options)`
+    (the shared keywords are `SHARED_KEYWORDS`), returning a `LikelihoodEstimate`. unit_passes: forward passes in one
+    independent unit, an int or a function of the options (sdmc: its nodes). default_samples: the default number of
+    passes, an int, a function of the options, or None for the `num_samples` default of fn's signature. options: {fn
+    keyword: config field} of the estimator's own options (a field left None takes fn's default). even_samples:
+    num_samples must be even (complementary pairs). max_samples: more passes than this would be ignored (with the
+    reason, `max_samples_reason`). sandwich: SPG's EUBO is defined on its masks (`sandwich=True` accepts it).
+    """
+
+    name: str
+    fn: Callable[..., LikelihoodEstimate]
+    unit_passes: int | Callable[[Mapping[str, Any]], int] = 1
+    default_samples: int | Callable[[Mapping[str, Any]], int] | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+    even_samples: bool = False
+    max_samples: int | None = None
+    max_samples_reason: str = ""
+    sandwich: bool = False
+
+    def option_values(self, config) -> dict[str, Any]:
+        """{fn keyword: value} of the estimator's own options under `config` (a field left None: fn's default)."""
+        params = inspect.signature(self.fn).parameters
+        values = {}
+        for keyword, config_field in self.options.items():
+            value = getattr(config, config_field, None)
+            values[keyword] = params[keyword].default if value is None else value
+        return values
+
+    def passes_per_unit(self, options: Mapping[str, Any]) -> int:
+        return self.unit_passes(self._with_defaults(options)) if callable(self.unit_passes) else self.unit_passes
+
+    def default_num_samples(self, options: Mapping[str, Any]) -> int:
+        if self.default_samples is None:
+            return inspect.signature(self.fn).parameters["num_samples"].default
+        if callable(self.default_samples):
+            return self.default_samples(self._with_defaults(options))
+        return self.default_samples
+
+    def _with_defaults(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        params = inspect.signature(self.fn).parameters
+        return {k: options.get(k, params[k].default) for k in self.options} | dict(options)
+
+
+# The keywords every estimator takes besides its own options.
+SHARED_KEYWORDS = (
+    "mask_token_id", "seed", "num_samples", "p_mask_prompt", "chunk_size", "eubo_beta", "context_mask", "mask_context",
+)  # fmt: skip
+
+# Every likelihood estimator, by the name `likelihood_estimator` selects; `register_estimator` adds one.
+ESTIMATOR_SPECS: dict[str, EstimatorSpec] = {}
+
+
+class _EstimatorFunctions(Mapping):
+    """`ESTIMATORS`: the registered estimators' functions by name, a live view of `ESTIMATOR_SPECS`."""
+
+    def __getitem__(self, name: str) -> Callable[..., LikelihoodEstimate]:
+        return ESTIMATOR_SPECS[name].fn
+
+    def __iter__(self):
+        return iter(ESTIMATOR_SPECS)
+
+    def __len__(self) -> int:
+        return len(ESTIMATOR_SPECS)
+
+
+ESTIMATORS: Mapping[str, Callable[..., LikelihoodEstimate]] = _EstimatorFunctions()
+
+
+def register_estimator(
+    name: str,
+    *,
+    unit_passes: int | Callable[[Mapping[str, Any]], int] = 1,
+    default_samples: int | Callable[[Mapping[str, Any]], int] | None = None,
+    options: Mapping[str, str] | None = None,
+    even_samples: bool = False,
+    max_samples: int | None = None,
+    max_samples_reason: str = "",
+    sandwich: bool = False,
+    replace: bool = False,
+):
+    """Decorator: register a likelihood estimator under `name` (see `EstimatorSpec`); `likelihood_estimator=name`
+    is then accepted by the config and used by every family that scores with `estimate_likelihood` or
+    `block_estimators.staircase_estimate`. `replace=True` swaps an estimator registered under the same name."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"register_estimator needs a non-empty name, got {name!r}.")
+    if name in ESTIMATOR_SPECS and not replace:
+        raise ValueError(f"an estimator named {name!r} is already registered; choose another name or pass replace=True.")
+
+    def wrap(fn: Callable[..., LikelihoodEstimate]) -> Callable[..., LikelihoodEstimate]:
+        params = inspect.signature(fn).parameters
+        missing = [k for k in (*SHARED_KEYWORDS, *(options or {})) if k not in params]
+        if missing:
+            raise TypeError(
+                f"estimator {name!r} ({fn.__name__}) does not take {missing}; an estimator takes (logits_fn, "
+                f"prompt_ids, prompt_mask, completion_ids, completion_mask, *, {', '.join(SHARED_KEYWORDS)}) and its "
+                "own options."
+            )
+        if default_samples is None and params["num_samples"].default is inspect.Parameter.empty:
+            raise TypeError(f"estimator {name!r}: give num_samples a default or pass default_samples=.")
+        ESTIMATOR_SPECS[name] = EstimatorSpec(
+            name=name,
+            fn=fn,
+            unit_passes=unit_passes,
+            default_samples=default_samples,
+            options=dict(options or {}),
+            even_samples=even_samples,
+            max_samples=max_samples,
+            max_samples_reason=max_samples_reason,
+            sandwich=sandwich,
+        )
+        return fn
+
+    return wrap
+
+
+def get_estimator_spec(name: str) -> EstimatorSpec:
+    """The registered estimator `name` with its declarations."""
+    _check_name(name)
+    return ESTIMATOR_SPECS[name]
+
+
+def _sdmc_passes(coupled: bool):
+    def passes(options: Mapping[str, Any]) -> int:
+        return options["nodes"] * (2 if coupled else 1)
+
+    return passes
+
+
+def _register_builtin_estimators() -> None:
+    """The package's estimators, in the order the config lists them."""
+    single = (
+        "the one-step estimator masks every completion token and takes exactly one forward pass, so further samples "
+        "would be ignored"
+    )
+    register_estimator("mean_field", max_samples=1, max_samples_reason=single)(mean_field)
+    register_estimator("mc_elbo")(mc_elbo)
+    register_estimator("mc_elbo_inv_t")(mc_elbo_inv_t)
+    register_estimator("block_random", options={"block_size": "estimator_block_size"}, sandwich=True)(block_random)
+    register_estimator(
+        "block_random_coupled",
+        unit_passes=2,
+        even_samples=True,
+        options={"block_size": "estimator_block_size"},
+        sandwich=True,
+    )(block_random_coupled)
+    register_estimator("coupled", unit_passes=2, even_samples=True)(coupled)
+    nodes = {"nodes": "sdmc_nodes"}
+    register_estimator("sdmc", unit_passes=_sdmc_passes(False), default_samples=_sdmc_passes(False), options=nodes)(
+        sdmc
+    )
+    register_estimator(
+        "sdmc_coupled", unit_passes=_sdmc_passes(True), default_samples=_sdmc_passes(True), options=nodes
+    )(sdmc_coupled)
+
+
+_register_builtin_estimators()
 
 
 def _check_name(name) -> None:
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown likelihood estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
+    if name not in ESTIMATOR_SPECS:
+        raise ValueError(f"unknown likelihood estimator {name!r}; choose one of {sorted(ESTIMATOR_SPECS)}")
 
 
-def passes_per_unit(name: str, nodes: int = 3) -> int:
+def passes_per_unit(name: str, nodes: int = 3, **options) -> int:
     """Forward passes in one independent unit of the estimator: 1, 2 for the paired forms, nodes (x 2) for sdmc."""
-    _check_name(name)
-    if name in SDMC:
-        return nodes * (2 if name == "sdmc_coupled" else 1)
-    return 2 if name in PAIRED else 1
+    return get_estimator_spec(name).passes_per_unit({"nodes": nodes, **options})
 
 
-def default_num_samples(name: str, nodes: int = 3) -> int:
+def default_num_samples(name: str, nodes: int = 3, **options) -> int:
     """The estimator's default number of forward passes per completion (1 for mean_field, one repeat of the nodes
     for sdmc, 2 otherwise)."""
-    _check_name(name)
-    if name in SDMC:
-        return passes_per_unit(name, nodes)
-    return inspect.signature(ESTIMATORS[name]).parameters["num_samples"].default
+    return get_estimator_spec(name).default_num_samples({"nodes": nodes, **options})
 
 
-def estimator_cost(name: str, num_samples: int | None = None, nodes: int = 3) -> int:
+def estimator_cost(name: str, num_samples: int | None = None, nodes: int = 3, **options) -> int:
     """Forward passes per completion: num_samples for every estimator (mean_field: 1 by default; the paired forms: 2
     per pair; sdmc: one per node and repeat)."""
-    _check_name(name)
-    k = default_num_samples(name, nodes) if num_samples is None else num_samples
-    check_num_samples(k, even=name in PAIRED)
-    unit = passes_per_unit(name, nodes)
+    spec = get_estimator_spec(name)
+    k = default_num_samples(name, nodes, **options) if num_samples is None else num_samples
+    check_num_samples(k, even=spec.even_samples)
+    unit = passes_per_unit(name, nodes, **options)
     if k % unit:
         raise ValueError(f"num_samples={k} must be a multiple of {unit} for estimator {name!r} ({nodes} nodes)")
     return k
@@ -703,10 +848,7 @@ def estimate_likelihood(
     allowed = [p for p in params if params[p].kind is inspect.Parameter.KEYWORD_ONLY]
     extra = sorted(set(estimator_kwargs) - set(allowed))
     if extra:
-        own = sorted(
-            set(allowed)
-            - {"mask_token_id", "seed", "num_samples", "p_mask_prompt", "chunk_size", "eubo_beta", "mask_context"}
-        )
+        own = sorted(set(allowed) - (set(SHARED_KEYWORDS) - {"context_mask"}))
         raise ValueError(f"estimator {name!r} does not take {extra}; its own options are {own}")
     kwargs = dict(estimator_kwargs)
     if num_samples is not None:

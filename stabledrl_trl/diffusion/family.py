@@ -23,8 +23,12 @@ it, the masked-LM fallback last):
   with the same masks and estimator forms as the full-attention family.
 - `families/llada2.py`, "llada2": LLaDA2 (MoE block diffusion): the same machinery with LLaDA2's generate rules.
 - `families/masked_lm.py`, "masked_lm": any transformers masked LM, as LLaDA.
-This module holds what they share: the `DiffusionFamily` interface, the samplers several families can use
-(`SAMPLERS`), the registry (`register_family`, `get_family`, `detect_family`, `detect_family_from_config`).
+The first three full-attention families build on `families/full_attention.py` (`MaskedDiffusionFamily`), the
+block-diffusion ones on `families/block_causal.py` (`BlockDiffusionFamily`).
+What they share (the `DiffusionFamily` interface, the samplers several families can use (`SAMPLERS`), the registry:
+`register_family`, `get_family`, `detect_family`, `detect_family_from_config`) is defined in `family_base.py`,
+which imports nothing above it; this module re-exports it, imports the built-in families (so they are registered)
+and builds adapters (`as_diffusion_lm`: the model's family detected, its special ids resolved).
 Autoregressive models have no family: the trainer keeps TRL's generation and exact log-probabilities.
 `StableDRLConfig.diffusion_sampler` ("auto" = the family's `default_sampler`, "llada", "dream") picks the rollout
 sampler of `SAMPLERS`; `check` rejects settings that sampler would ignore.
@@ -43,474 +47,118 @@ package names a family.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+# The interface and the registry first: a family module imported below (or by families/__init__.py) may import
+# these names from this module while it is still being initialised.
+from .family_base import (  # noqa: F401  (the interface and the registry, importable from here)
+    BLOCK_SAMPLER_DEFAULTS,
+    DREAM_SAMPLER_DEFAULTS,
+    FAMILIES,
+    FAST_ROLLOUT_DEFAULTS,
+    SAMPLERS,
+    CardSnippet,
+    DiffusionFamily,
+    RolloutSampler,
+    card_call,
+    check_sampler_settings,
+    detect_family,
+    detect_family_from_config,
+    estimator_options,
+    explicit_layout,
+    family_labels,
+    fast_rollout_settings,
+    get_family,
+    is_diffusion_model,
+    register_family,
+)
 
-import torch
-from torch import Tensor
+# isort: split
+from . import families  # noqa: F401  (the built-in families register themselves when imported)
+from .adapter import END_OF_TURN_TOKENS, NO_MASK_TOKEN, DiffusionAdapter, as_id_list, unwrap_model
+from .families.block_causal import BlockDiffusionFamily  # noqa: F401
+from .families.dream import DreamFamily  # noqa: F401
+from .families.full_attention import MaskedDiffusionFamily  # noqa: F401
+from .families.llada import LLaDAFamily  # noqa: F401
+from .families.llada2 import LLaDA2Family  # noqa: F401
+from .families.masked_lm import MaskedLMFamily  # noqa: F401
+from .families.sdar import SDARFamily  # noqa: F401
 
-from .adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
-from .dream_sampler import generate as dream_generate
-from .dream_sampler import validate_dream_sampler_args
-from .estimators import LikelihoodEstimate, default_num_samples, estimator_cost
-from .sampler import SamplerOutput, validate_sampler_args
-from .sampler import generate as llada_generate
 
+def as_diffusion_lm(
+    model,
+    tokenizer=None,
+    family: str | None = None,
+    mask_token_id: int | None = None,
+    eos_token_ids=None,
+    pad_token_id: int | None = None,
+) -> DiffusionAdapter:
+    """Wrap `model` (LLaDA, Dream, a masked LM; possibly inside DDP / FSDP / PEFT) in a `DiffusionAdapter`.
 
-def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
-    """LLaDA's semi-autoregressive sampler (`diffusion/sampler.py`) with the config's settings.
-
-    Finished rows leave the batch (exact) unless the reward reads the whole canvas (`reward_text="canvas"`): the
-    tokens after the first EOS are then graded and must be decoded. `rollout_cache`, `parallel_threshold` and
-    `max_tokens_per_step` select the approximate modes (the caches need a LLaDA model: `DiffusionFamily.check`).
-    `top_k` / `top_p` restrict the candidate draw; the confidence stays LLaDA's (the drawn token's probability).
+    family: a registered family's name; detected from the model when None (`family.detect_family`).
+    mask_token_id: the argument, else the model config's `mask_token_id`, else the tokenizer's mask token.
+    eos_token_ids: the argument, else the config's (and generation config's) eos ids plus the tokenizer's EOS and
+        end-of-turn tokens ("<|eot_id|>", "<|im_end|>", DiffuCoder's "<|dlm_pad|>") when it has them.
+    pad_token_id: the argument, else the tokenizer's pad id (it is what pads the batches), else the config's.
     """
-    return llada_generate(
-        adapter,
-        prompt_ids,
-        prompt_mask,
-        mask_token_id=adapter.mask_token_id,
-        gen_length=args.max_completion_length,
-        block_length=args.block_length,
-        steps=args.diffusion_steps,
-        temperature=args.temperature,
-        remasking=args.remasking,
-        cfg_scale=args.cfg_scale,
-        eos_token_ids=tuple(eos_token_ids),
-        generator=generator,
-        early_stop=getattr(args, "reward_text", "completion") != "canvas",
-        cache=getattr(args, "rollout_cache", "none"),
-        threshold=getattr(args, "parallel_threshold", None),
-        max_tokens_per_step=getattr(args, "max_tokens_per_step", None),
-        top_k=args.top_k,
-        top_p=args.top_p,
-    )
-
-
-def _dream_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
-    """Dream's sampler (`diffusion/dream_sampler.py`); top_p None or 1.0 and top_k None or 0 mean no filtering."""
-    return dream_generate(
-        adapter,
-        prompt_ids,
-        prompt_mask,
-        mask_token_id=adapter.mask_token_id,
-        gen_length=args.max_completion_length,
-        steps=args.diffusion_steps,
-        alg=args.dream_alg,
-        alg_temp=args.dream_alg_temp,
-        eps=args.dream_eps,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k or None,  # Dream's code reads None, not 0, as no top-k filter
-        eos_token_ids=tuple(eos_token_ids),
-        generator=generator,
-    )
-
-
-def _llada_check(settings, adapter) -> None:
-    """LLaDA's sampler arguments under `settings` (the layout, remasking, guidance and the model's mask id)."""
-    s = settings
-    validate_sampler_args(
-        s.max_completion_length, s.block_length, s.diffusion_steps, s.temperature, s.remasking, s.cfg_scale,
-        adapter.mask_token_id,
-    )  # fmt: skip
-
-
-def _dream_check(settings, adapter) -> None:
-    """Dream's sampler arguments under `settings`."""
-    s = settings
-    validate_dream_sampler_args(
-        s.max_completion_length, s.diffusion_steps, s.dream_alg, s.dream_alg_temp, s.dream_eps, s.temperature,
-        s.top_p, s.top_k if s.top_k else None,
-    )  # fmt: skip
-
-
-class CardSnippet(NamedTuple):
-    """How a model card tells its reader to decode: the import line(s), the call on `lm` (the model wrapped by
-    `as_diffusion_lm`) or `model`, with `inputs` the tokenised prompt, and one sentence on the rollouts."""
-
-    imports: str
-    call: str
-    rollouts: str
-
-
-_COMMON_CARD_ARGS = "    mask_token_id=lm.mask_token_id,\n    eos_token_ids=lm.eos_token_ids,\n"
-
-
-def card_call(function: str, model: str, body: str) -> str:
-    """The call of a model card's decoding snippet: `function(model, inputs..., mask / EOS ids, body)`."""
-    return (
-        f'out = {function}(\n    {model},\n    inputs["input_ids"],\n    inputs["attention_mask"],\n'
-        + _COMMON_CARD_ARGS
-        + body
-        + ")"
-    )
-
-
-def _llada_card(settings) -> CardSnippet:
-    s = settings
-    body = (
-        f"    gen_length={s.max_completion_length},\n    block_length={s.block_length},\n"
-        f"    steps={s.diffusion_steps},\n    temperature=0.0,\n    remasking={s.remasking!r},\n"
-    )
-    return CardSnippet(
-        "from stabledrl_trl.diffusion.sampler import generate",
-        card_call("generate", "lm", body),
-        f"LLaDA's masked-diffusion sampler, {s.max_completion_length} positions in blocks of {s.block_length}, "
-        f"{s.diffusion_steps} steps, temperature {s.temperature:g}, remasking '{s.remasking}'.",
-    )
-
-
-def _dream_card(settings) -> CardSnippet:
-    s = settings
-    body = (
-        f"    gen_length={s.max_completion_length},\n    steps={s.diffusion_steps},\n"
-        f"    alg={s.dream_alg!r},\n    alg_temp={s.dream_alg_temp!r},\n    eps={s.dream_eps!r},\n"
-        "    temperature=0.0,\n"
-    )
-    return CardSnippet(
-        "from stabledrl_trl.diffusion.dream_sampler import generate",
-        card_call("generate", "lm", body),
-        f"Dream's sampler, {s.max_completion_length} positions, {s.diffusion_steps} steps, alg '{s.dream_alg}', "
-        f"temperature {s.temperature:g}.",
-    )
-
-
-class RolloutSampler(NamedTuple):
-    """A rollout sampler several families can use: `run(adapter, prompt_ids, prompt_mask, settings, eos_token_ids,
-    generator)` decodes, `check(settings, adapter)` validates its arguments, `card(settings)` is its model-card
-    snippet. `settings` is a `StableDRLConfig` or a `SamplerSettings` (same field names)."""
-
-    run: Callable[..., SamplerOutput]
-    check: Callable[..., None]
-    card: Callable[..., CardSnippet]
-
-
-# Rollout samplers by the name `StableDRLConfig.diffusion_sampler` selects ("auto" = the family's own).
-SAMPLERS: dict[str, RolloutSampler] = {
-    "llada": RolloutSampler(_llada_rollouts, _llada_check, _llada_card),
-    "dream": RolloutSampler(_dream_rollouts, _dream_check, _dream_card),
-}
-
-
-def _config_defaults(*names: str) -> dict:
-    """StableDRLConfig's defaults of the sampler settings `names` (read from the config, never repeated here)."""
-    from ..stabledrl_config import StableDRLConfig
-
-    fields = StableDRLConfig.__dataclass_fields__
-    return {name: fields[name].default for name in names}
-
-
-# Defaults of the config fields only Dream's sampler reads.
-DREAM_SAMPLER_DEFAULTS = _config_defaults("dream_alg", "dream_alg_temp", "dream_eps")
-# Fields only the block-diffusion sampler reads.
-BLOCK_SAMPLER_DEFAULTS = _config_defaults("block_denoising_steps", "block_remasking", "block_confidence_threshold")
-# The approximate rollout modes, which only LLaDA's sampler has (the caches only on LLaDA models).
-FAST_ROLLOUT_DEFAULTS = _config_defaults("rollout_cache", "parallel_threshold", "max_tokens_per_step")
-
-
-def fast_rollout_settings(args) -> dict:
-    """The approximate rollout modes `args` turns on (fields of FAST_ROLLOUT_DEFAULTS not at their default)."""
-    return {k: getattr(args, k) for k, v in FAST_ROLLOUT_DEFAULTS.items() if getattr(args, k, v) != v}
-
-
-def explicit_layout(args, names=("block_length", "diffusion_steps")) -> dict:
-    """LLaDA's layout fields of `names` that `args` sets away from the values `max_completion_length` derives (what a
-    sampler without LLaDA's blocks would ignore); a value equal to the derived one cannot be told from unset."""
-    from ..stabledrl_config import resolve_diffusion_layout
-
-    length = getattr(args, "max_completion_length", None)
-    if length is None:
-        return {}
-    derived = dict(zip(("block_length", "diffusion_steps"), resolve_diffusion_layout(length, None, None, check=False)))
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) not in (None, derived[name])}
-
-
-def check_sampler_settings(args, sampler: str) -> None:
-    """Raise if `args` sets something the rollout sampler `sampler` ('llada' or 'dream') does not read."""
-    if sampler == "dream":
-        layout = explicit_layout(args, names=("block_length",))
-        if layout:
-            raise ValueError(
-                f"{layout}: Dream's sampler decodes the whole completion at once, without LLaDA's blocks, so "
-                "block_length would be ignored; remove it (diffusion_steps sets Dream's steps)."
-            )
-        fast = fast_rollout_settings(args)
-        if fast:
-            raise ValueError(
-                f"{fast} are approximate modes of LLaDA's sampler; Dream's sampler has none. Leave them at their "
-                f"defaults {FAST_ROLLOUT_DEFAULTS} or set diffusion_sampler='llada'."
-            )
-        if args.remasking != "low_confidence":
-            raise ValueError(
-                f"remasking={args.remasking!r} is a setting of LLaDA's sampler; Dream's sampler ranks positions by "
-                "dream_alg (dream_alg='origin' reveals them at random). Leave remasking='low_confidence'."
-            )
-        if args.cfg_scale != 0:
-            raise ValueError(
-                f"cfg_scale={args.cfg_scale}: Dream's sampler has no classifier-free guidance; set cfg_scale=0 or "
-                "diffusion_sampler='llada'."
-            )
-    else:
-        changed = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k) != v}
-        if changed:
-            raise ValueError(
-                f"{changed} only apply to Dream's sampler, but rollouts use LLaDA's sampler; set "
-                "diffusion_sampler='dream' (or 'auto' with a Dream model) or leave them at their defaults "
-                f"{DREAM_SAMPLER_DEFAULTS}."
-            )
-
-
-def estimator_options(args) -> dict:
-    """The estimator's own keyword arguments under `args`: block_size for the block-random estimators, nodes for sdmc."""
-    name = args.likelihood_estimator
-    if name in ("block_random", "block_random_coupled"):
-        return {"block_size": args.estimator_block_size}
-    if name in ("sdmc", "sdmc_coupled"):
-        return {"nodes": getattr(args, "sdmc_nodes", None) or 3}
-    return {}
-
-
-class DiffusionFamily:
-    """Interface of a model family; see the module docstring."""
-
-    name: str = "base"
-    # How messages name the models of the family.
-    label: str = "diffusion LM"
-    # config.model_type values (compared lower-cased) of the models this family decodes; see `matches_config`.
-    model_types: tuple[str, ...] = ()
-    # Tried only when no other family matches (e.g. any transformers masked LM).
-    fallback: bool = False
-    # The family's own rollout sampler (a key of SAMPLERS), used when args.diffusion_sampler is "auto".
-    default_sampler: str | None = None
-    # Every parameter takes part in every forward pass (so DDP needs no unused-parameter search each step).
-    uses_every_parameter: bool = False
-    # Output i-1 holds the prediction for token i (Dream: trained from an autoregressive LM).
-    shifted_logits: bool = False
-    # The model's forward accepts LLaDA's approximate `CanvasCache` (Fast-dLLM-style prefix / dual cache).
-    supports_canvas_cache: bool = False
-    # Block-causal attention (block diffusion): the memory planner sizes its rollout KV cache.
-    block_causal: bool = False
-
-    def matches_config(self, config) -> bool:
-        """Whether a model with this transformers config (or a loaded config.json) belongs to the family."""
-        return str(getattr(config, "model_type", "") or "").lower() in self.model_types
-
-    def matches(self, model) -> bool:
-        """Whether the (unwrapped) model belongs to the family; by default its config decides."""
-        config = getattr(model, "config", None)
-        return config is not None and self.matches_config(config)
-
-    def card_snippet(self, settings) -> CardSnippet:
-        """The model card's decoding code and rollout sentence for the sampler `settings` select."""
-        if self.default_sampler is None:
-            raise NotImplementedError
-        return SAMPLERS[self.sampler_name(settings)].card(settings)
-
-    def check_rollout_settings(self, settings, adapter: DiffusionAdapter) -> None:
-        """`check`, then the chosen sampler's own argument checks with the model's special ids (evaluation calls it
-        with a `SamplerSettings`; training's config has passed the same checks at construction). A family with its
-        own sampler (no `default_sampler`) has `check` alone: its sampler checks its arguments when called."""
-        self.check(settings, adapter.model)
-        if self.default_sampler is not None:
-            SAMPLERS[self.sampler_name(settings)].check(settings, adapter)
-
-    def sampler_name(self, args) -> str:
-        """The rollout sampler under `args`: `args.diffusion_sampler`, or the family's own for "auto"."""
-        choice = getattr(args, "diffusion_sampler", "auto")
-        return self.default_sampler if choice == "auto" else choice
-
-    def check(self, args, model) -> None:
-        """Raise a ValueError naming the field and the fix when `args` cannot drive this family's `model`, or sets
-        what its rollouts would ignore (e.g. dream_alg with LLaDA's sampler); the trainer calls it once, at construction."""
-        if self.default_sampler is not None:
-            check_sampler_settings(args, self.sampler_name(args))
-            block = {k: getattr(args, k) for k, v in BLOCK_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
-            if block:
-                raise ValueError(
-                    f"{block} are settings of the block-diffusion sampler (SDAR, TraDo, LLaDA2), which {self.name} "
-                    f"models do not use; leave them at their defaults {BLOCK_SAMPLER_DEFAULTS}."
-                )
-            cache = getattr(args, "rollout_cache", "none")
-            if cache != "none" and not self.supports_canvas_cache:
-                raise ValueError(
-                    f"rollout_cache={cache!r} needs LLaDA (the model with the canvas cache path); this model is "
-                    f"family {self.name!r}. Set rollout_cache='none'."
-                )
-        elif getattr(args, "diffusion_sampler", "auto") != "auto":
-            raise ValueError(
-                f"diffusion_sampler={args.diffusion_sampler!r}: {self.name} models decode with their own sampler, not "
-                "LLaDA's or Dream's; set diffusion_sampler='auto'."
-            )
-        else:
-            unused = {k: getattr(args, k) for k, v in DREAM_SAMPLER_DEFAULTS.items() if getattr(args, k, v) != v}
-            if getattr(args, "remasking", "low_confidence") != "low_confidence":
-                unused["remasking"] = args.remasking
-            if getattr(args, "cfg_scale", 0) != 0:
-                unused["cfg_scale"] = args.cfg_scale
-            unused.update(fast_rollout_settings(args))
-            unused.update(explicit_layout(args))  # LLaDA's blocks and steps (block_denoising_steps sets this sampler's)
-            if unused:
-                raise ValueError(
-                    f"{unused} are settings of LLaDA's / Dream's samplers, which {self.name} models do not use (they "
-                    "decode with their own sampler); leave them at their defaults."
-                )
-
-    def generate(
-        self,
-        adapter: DiffusionAdapter,
-        prompt_ids: Tensor,
-        prompt_mask: Tensor,
-        args,
-        *,
-        eos_token_ids: tuple[int, ...],
-        generator: torch.Generator,
-    ) -> SamplerOutput:
-        """prompt_ids, prompt_mask (B, P) left-padded -> SamplerOutput with completion_ids / completion_mask (B, C).
-
-        The default runs the sampler `sampler_name(args)` selects; families with their own decoding override it.
-        """
-        if self.default_sampler is None:
-            raise NotImplementedError
-        sampler = SAMPLERS[self.sampler_name(args)]
-        return sampler.run(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator)
-
-    def estimate(
-        self,
-        adapter: DiffusionAdapter,
-        prompt_ids: Tensor,
-        prompt_mask: Tensor,
-        completion_ids: Tensor,
-        completion_mask: Tensor,
-        args,
-        *,
-        seeds: Tensor,
-        fill_token_id: int,
-    ) -> LikelihoodEstimate:
-        """Per-token likelihood contributions on completion tokens, (B, C), from masks seeded per row by `seeds`.
-
-        completion_ids / completion_mask (B, C) are right-padded (1 up to and including the first EOS);
-        fill_token_id is what the rollout's canvas holds after the first EOS (the tokenizer's EOS).
-        With gradients enabled the estimate is differentiable (the current policy); otherwise it is not.
-        """
-        raise NotImplementedError
-
-    def training_logits(self, model, noisy_ids: Tensor, clean_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """noisy_ids, clean_ids, attention_mask (B, L) -> logits (B, L, V): position i's prediction of clean token i.
-
-        What masked-diffusion SFT trains on (`sft.MaskedDiffusionSFTTrainer`). Full attention: one forward of the
-        noisy row, with shifted logits realigned (output i-1 -> position i, a row's first real token keeping its own).
-        """
-        out = model(input_ids=noisy_ids, attention_mask=attention_mask)
-        logits = out.logits if hasattr(out, "logits") else out[0]  # (B, L, V)
-        return realign_shifted_logits(logits, attention_mask) if self.shifted_logits else logits
-
-    def num_mc_samples(self, args) -> int:
-        """Monte-Carlo mask samples per estimate under `args`: mc_samples, or the estimator's default when unset."""
-        if getattr(args, "mc_samples", None) is not None:
-            return args.mc_samples
-        return default_num_samples(args.likelihood_estimator, estimator_options(args).get("nodes", 3))
-
-    def estimator_passes(self, args) -> int:
-        """Forward passes per completion for one estimate under `args` (logged as stabledrl/estimator_passes)."""
-        return estimator_cost(
-            args.likelihood_estimator, self.num_mc_samples(args), estimator_options(args).get("nodes", 3)
-        )
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r})"
-
-
-# ----------------------------------------------------------------------------------------------- the registry
-
-# Every family the package knows, by name; `register_family` adds one.
-FAMILIES: dict[str, DiffusionFamily] = {}
-
-
-def register_family(family: DiffusionFamily, *, replace: bool = False) -> DiffusionFamily:
-    """Make `family` known to detection, the trainer, evaluation, SFT and the model card; returns it.
-
-    A family module calls this once when imported. `replace=True` swaps a family registered under the same name.
-    """
-    if not isinstance(family, DiffusionFamily):
-        raise TypeError(f"register_family needs a DiffusionFamily instance, got {type(family).__name__}.")
-    if not family.name or family.name == DiffusionFamily.name:
-        raise ValueError(f"{type(family).__name__} needs a `name` of its own (got {family.name!r}).")
-    if family.name in FAMILIES and not replace:
-        raise ValueError(
-            f"a family named {family.name!r} is already registered ({FAMILIES[family.name]!r}); choose another name "
-            "or pass replace=True."
-        )
-    if not family.model_types and not family.fallback and type(family).matches is DiffusionFamily.matches:
-        raise ValueError(
-            f"{type(family).__name__} has no model_types and no `matches`: no model would ever be detected as "
-            f"{family.name!r}. Set model_types = ('<config.model_type>',)."
-        )
-    cls = type(family)
-    missing = []
-    if cls.estimate is DiffusionFamily.estimate:
-        missing.append("estimate (the likelihood estimator)")
-    if family.default_sampler is None:
-        if cls.generate is DiffusionFamily.generate:
-            missing.append("generate (its rollout sampler), or default_sampler = 'llada' / 'dream'")
-        if cls.card_snippet is DiffusionFamily.card_snippet:
-            missing.append("card_snippet (the model card's decoding code)")
-    if missing:
-        raise TypeError(
-            f"{cls.__name__} does not implement {'; '.join(missing)}. Subclass the nearest built-in family instead "
-            "(MaskedDiffusionFamily for full attention with LLaDA's sampler, BlockDiffusionFamily for block "
-            "diffusion) and override only what differs."
-        )
-    FAMILIES[family.name] = family
-    return family
-
-
-def get_family(name: str) -> DiffusionFamily:
-    """The registered family `name` (as returned by `detect_family`)."""
-    if name not in FAMILIES:
-        raise ValueError(f"no diffusion family {name!r}; registered: {sorted(FAMILIES)}.")
-    return FAMILIES[name]
-
-
-def _in_detection_order() -> list[DiffusionFamily]:
-    return [f for f in FAMILIES.values() if not f.fallback] + [f for f in FAMILIES.values() if f.fallback]
-
-
-def detect_family(model) -> str | None:
-    """The name of the registered family whose models `model` (possibly inside DDP / FSDP / PEFT) belongs to, or
-    None: autoregressive LMs (LlamaForCausalLM, Qwen2ForCausalLM, ...) and models without an LM head."""
+    if isinstance(model, DiffusionAdapter):
+        model = model.model
     inner = unwrap_model(model)
-    if getattr(inner, "config", None) is None:
-        return None
-    for family in _in_detection_order():
-        if family.matches(inner):
-            return family.name
-    return None
+    config = getattr(inner, "config", None)
+    if family is None:
+        family = detect_family(model)
+        if family is None:
+            model_type = getattr(config, "model_type", None)
+            raise ValueError(
+                f"{type(inner).__name__} (model_type={model_type!r}) is not a masked diffusion LM ({family_labels()})."
+                f" Load a diffusion model, or pass family= one of {sorted(FAMILIES)} if it is one."
+            )
+    family_object = get_family(family)  # raises for an unknown name
 
+    explicit_mask = mask_token_id is not None
+    if getattr(family_object, "mask_free", False):  # uniform-noise corruption (DiffusionGemma): no mask token
+        if explicit_mask and mask_token_id != NO_MASK_TOKEN:
+            raise ValueError(f"mask_token_id={mask_token_id}: {family} models have no mask token; remove it.")
+        mask_token_id = NO_MASK_TOKEN
+    if mask_token_id is None:
+        config_mask = getattr(config, "mask_token_id", None)
+        tokenizer_mask = getattr(tokenizer, "mask_token_id", None) if tokenizer is not None else None
+        if config_mask is not None and tokenizer_mask is not None and config_mask != tokenizer_mask:
+            raise ValueError(
+                f"The model config's mask_token_id={config_mask} differs from the tokenizer's mask token id "
+                f"{tokenizer_mask}; give the right one explicitly: the StableDRLConfig field mask_token_id (YAML "
+                "`mask_token_id: N`), or as_diffusion_lm(..., mask_token_id=N)."
+            )
+        mask_token_id = config_mask if config_mask is not None else tokenizer_mask
+    if mask_token_id is None:
+        raise ValueError(
+            f"No mask token id for {type(inner).__name__}: neither its config nor the tokenizer defines one. Set "
+            "the StableDRLConfig field mask_token_id (YAML `mask_token_id: N`), as_diffusion_lm(..., mask_token_id=N), "
+            "model.config.mask_token_id or tokenizer.mask_token."
+        )
 
-def detect_family_from_config(config) -> str | None:
-    """`detect_family` before loading: the family of a model with this config (e.g. `AutoConfig.from_pretrained`)."""
-    for family in _in_detection_order():
-        if family.matches_config(config):
-            return family.name
-    return None
+    if eos_token_ids is None:
+        eos_token_ids = as_id_list(getattr(config, "eos_token_id", None))
+        generation_config = getattr(inner, "generation_config", None)
+        eos_token_ids += as_id_list(getattr(generation_config, "eos_token_id", None))
+        if tokenizer is not None:
+            eos_token_ids += as_id_list(tokenizer.eos_token_id)
+            vocab = tokenizer.get_vocab()
+            eos_token_ids += [vocab[token] for token in END_OF_TURN_TOKENS if token in vocab]
+    else:
+        eos_token_ids = as_id_list(eos_token_ids)
 
-
-def is_diffusion_model(model) -> bool:
-    """True for a model some registered family decodes (see `detect_family`)."""
-    return detect_family(model) is not None
-
-
-def family_labels() -> str:
-    """The registered families as messages name them, e.g. "LLaDA, Dream / DiffuCoder, ... or a masked LM"."""
-    labels = [f.label for f in _in_detection_order()]
-    return ", ".join(labels[:-1]) + f" or {labels[-1]}" if len(labels) > 1 else "".join(labels)
-
-
-# The built-in families, one module each (diffusion/families/), register themselves when imported; they build on the
-# definitions above, so they are imported last.
-from . import families  # noqa: E402, F401
-from .families.dream import DreamFamily  # noqa: E402, F401
-from .families.llada import MaskedDiffusionFamily  # noqa: E402, F401
-from .families.llada2 import LLaDA2Family  # noqa: E402, F401
-from .families.masked_lm import MaskedLMFamily  # noqa: E402, F401
-from .families.sdar import BlockDiffusionFamily  # noqa: E402, F401
+    if pad_token_id is None:
+        pad_token_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
+        if pad_token_id is None:
+            pad_token_id = getattr(config, "pad_token_id", None)
+    if pad_token_id is None:
+        raise ValueError(
+            "No pad token id: set tokenizer.pad_token (e.g. `tokenizer.pad_token = tokenizer.eos_token`), "
+            "model.config.pad_token_id, or pass pad_token_id=..."
+        )
+    if explicit_mask and int(mask_token_id) == int(pad_token_id):
+        raise ValueError(
+            f"mask_token_id={mask_token_id} is the pad token id: padding would read as masked positions. Give the "
+            "model's mask token id (its config's mask_token_id or the tokenizer's mask token), or leave mask_token_id "
+            "unset to read it from there."
+        )
+    return DiffusionAdapter(model, family_object, int(mask_token_id), eos_token_ids, int(pad_token_id))

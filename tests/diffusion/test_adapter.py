@@ -22,8 +22,8 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from stabledrl_trl.diffusion.adapter import DiffusionAdapter, as_diffusion_lm
-from stabledrl_trl.diffusion.family import detect_family, is_diffusion_model
+from stabledrl_trl.diffusion.adapter import DiffusionAdapter
+from stabledrl_trl.diffusion.family import as_diffusion_lm, detect_family, is_diffusion_model
 from stabledrl_trl.models.dream import DreamConfig, DreamModel
 
 V = 101  # every tiny model below uses the tiny tokenizer's vocabulary size
@@ -357,3 +357,14 @@ def test_logits_to_keep_runs_the_head_on_kept_positions_only(tiny_llada, tiny_to
     finally:
         hook.remove()
     assert seen == [torch.Size([2, 3, 64])]
+
+
+def test_adapter_is_handed_its_family_object_not_a_name(tiny_llada):
+    """The adapter reads its facts from the family object it is handed (it never looks a name up in the registry)."""
+    from stabledrl_trl.diffusion.family import get_family
+
+    with pytest.raises(TypeError, match="DiffusionFamily object, got 'llada'"):
+        DiffusionAdapter(tiny_llada, "llada", 1, (2,), 0)
+    adapter = DiffusionAdapter(tiny_llada, get_family("dream"), 1, (2,), 0)
+    assert adapter.family == "dream" and adapter.family_object is get_family("dream")
+    assert not adapter.supports_canvas_cache and get_family("llada").supports_canvas_cache

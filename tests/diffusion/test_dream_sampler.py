@@ -20,7 +20,6 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import stabledrl_trl  # noqa: F401  (registers Dream)
-from stabledrl_trl.diffusion.adapter import as_diffusion_lm
 from stabledrl_trl.diffusion.dream_sampler import (
     DreamSamplerOutput,
     dream_candidates,
@@ -31,6 +30,7 @@ from stabledrl_trl.diffusion.dream_sampler import (
     generate,
     validate_dream_sampler_args,
 )
+from stabledrl_trl.diffusion.family import as_diffusion_lm
 from stabledrl_trl.diffusion.sampler import SamplerOutput
 
 MASK, EOS, GEN = 95, 94, 16

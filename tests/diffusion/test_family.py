@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from stabledrl_trl import StableDRLConfig
-from stabledrl_trl.diffusion.adapter import as_diffusion_lm
 from stabledrl_trl.diffusion.estimators import estimate_likelihood
-from stabledrl_trl.diffusion.family import FAMILIES, DiffusionFamily, get_family
+from stabledrl_trl.diffusion.family import FAMILIES, DiffusionFamily, as_diffusion_lm, get_family
 from stabledrl_trl.diffusion.sampler import generate
 
 

@@ -10,11 +10,12 @@ import torch
 from datasets import Dataset
 
 from stabledrl_trl import StableDRLConfig, StableDRLTrainer
-from stabledrl_trl.diffusion.adapter import as_diffusion_lm, realign_shifted_logits
+from stabledrl_trl.diffusion.adapter import realign_shifted_logits
 from stabledrl_trl.diffusion.family import (
     FAMILIES,
     DiffusionFamily,
     MaskedDiffusionFamily,
+    as_diffusion_lm,
     detect_family,
     detect_family_from_config,
     family_labels,

@@ -12,9 +12,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 import stabledrl_trl  # noqa: F401  (registers "llada2_moe")
-from stabledrl_trl.diffusion.adapter import as_diffusion_lm
 from stabledrl_trl.diffusion.block_sampler import block_generate
-from stabledrl_trl.diffusion.family import detect_family, get_family
+from stabledrl_trl.diffusion.family import as_diffusion_lm, detect_family, get_family
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "llada2-tiny"
 EOS, MASK = 120, 123

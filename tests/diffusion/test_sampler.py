@@ -658,7 +658,7 @@ def test_top_k_one_is_greedy():
 
 @pytest.fixture
 def tiny_adapter(tiny_llada, tiny_tokenizer):
-    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+    from stabledrl_trl.diffusion.family import as_diffusion_lm
 
     return as_diffusion_lm(tiny_llada, tiny_tokenizer)
 
@@ -775,7 +775,7 @@ def test_invalid_fast_args(extra, match):
 def test_cache_under_peft_equals_the_base_model(tiny_llada, tiny_tokenizer):
     from peft import LoraConfig, get_peft_model
 
-    from stabledrl_trl.diffusion.adapter import as_diffusion_lm
+    from stabledrl_trl.diffusion.family import as_diffusion_lm
 
     ids, mask = _left_pad(_llada_prompts([4, 7], seed=39), 0)
     kwargs = dict(mask_token_id=1, gen_length=16, block_length=8, steps=8, cache="dual", threshold=0.05)

@@ -98,7 +98,7 @@ def _check_evaluation_decodes_as_rollouts(tmp_path, model, tokenizer, monkeypatc
 
 def test_evaluation_decodes_as_llada_training_rollouts(tmp_path, tiny_llada, tiny_tokenizer, monkeypatch):
     """LLaDA with an approximate rollout mode (dual cache + parallel threshold) and top-k, sampled at 0.9."""
-    from stabledrl_trl.diffusion import family as family_module
+    from stabledrl_trl.diffusion import family_base as family_module  # where the samplers are called
 
     seen = []
     llada_generate = family_module.llada_generate

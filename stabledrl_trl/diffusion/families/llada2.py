@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..family import register_family
-from .sdar import BlockDiffusionFamily
+from ..family_base import register_family
+from .block_causal import BlockDiffusionFamily
 
 
 class LLaDA2Family(BlockDiffusionFamily):

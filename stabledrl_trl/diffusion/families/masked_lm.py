@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..family import register_family
-from .llada import MaskedDiffusionFamily
+from ..family_base import register_family
+from .full_attention import MaskedDiffusionFamily
 
 
 class MaskedLMFamily(MaskedDiffusionFamily):
