@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..adapter import unwrap_model
-from ..family import CardSnippet, DiffusionFamily, register_family
+from ..family_base import CardSnippet, DiffusionFamily, register_family
 from ..gemma_sampler import gemma_generate, gemma_sampler_settings, row_generators
 from ..sampler import SamplerOutput
 from ..uniform_estimators import UNIFORM_ESTIMATORS, estimator_passes, uniform_noise_estimate
