@@ -532,6 +532,8 @@ def render(summary: dict) -> str:
     text += noise_sentence(summary)
     text += comparison_sentences(summary)
     text += f"\nWall time {summary['seconds'] / 60:.1f} min. " + results.provenance_line(summary)
+    if summary.get("estimator_noise", {}).get("provenance"):
+        text += "Estimator noise: " + results.provenance_line(summary["estimator_noise"])
     return text
 
 
