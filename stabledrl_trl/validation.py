@@ -78,6 +78,7 @@ def short_repr(value, limit: int = REPR_LIMIT) -> str:
 # float field -> (low, low_open, high, high_open, advice). None: unbounded on that side. Every other float field must
 # be finite; these must also be in range.
 FLOAT_RANGES: dict[str, tuple] = {
+    "test_log_ratio_noise_std": (0.0, False, None, False, "0.0 turns the test-only noise off"),
     # optimiser and schedule (TrainingArguments)
     "learning_rate": (0.0, False, None, False, "e.g. 1e-6 (the official StableDRL recipe uses 1e-6)"),
     "weight_decay": (0.0, False, None, False, "0.0 turns it off"),
@@ -468,7 +469,7 @@ SHARED_SAMPLER_FIELDS = (
 # special ids.
 DIFFUSION_ESTIMATOR_FIELDS = (
     "mask_token_id", "likelihood_estimator", "mc_samples", "sdmc_nodes", "p_mask_prompt", "estimator_block_size",
-    "estimator_chunk_size", "eos_tail", "completion_end",
+    "estimator_chunk_size", "eos_tail", "completion_end", "test_log_ratio_noise_std",
 )  # fmt: skip
 
 
