@@ -377,6 +377,7 @@ def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset,
         evaluate(0, greedy=True)
     else:
         records[0] = before
+    start_params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}  # the SFT start
     start = time.time()
     trainer.train()
     evaluate(args.max_steps, greedy=True)
@@ -394,8 +395,19 @@ def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset,
         greedy_after=records[args.max_steps]["greedy"],
         settings=settings,
         mask_seed_mode=config.mask_seed_mode,
+        param_distance=parameter_distance(trainer.model, start_params),
     )
     return summary, records[0]
+
+
+def parameter_distance(model, start: dict) -> dict:
+    """How far training moved the weights from `start` ({name: tensor}): the L2 norm of the change over every
+    parameter, and that norm relative to the L2 norm of the start weights."""
+    import torch
+
+    change = sum(float(torch.sum((p.detach() - start[n]) ** 2)) for n, p in model.named_parameters())
+    norm = sum(float(torch.sum(t**2)) for t in start.values())
+    return {"l2": change**0.5, "relative": (change / norm) ** 0.5 if norm > 0 else None}
 
 
 # --- figure and README block: from the summary alone --------------------------------------------------------------

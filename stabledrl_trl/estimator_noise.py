@@ -12,7 +12,8 @@ mask streams the trainer itself uses:
 A pair is one (old, current) estimate of one completion at theta = theta_old; pairs of different `step`s draw
 independent masks. The sequence log-ratio is the objectives' `SEQUENCE_INPUT` (the masked mean over completion
 tokens of the per-token log-ratio, `PolicyLossInputs.sequence_mean`), so its exponential is the weight that
-`grpo_seq` and `stable_drl` consume before clipping. Shared masks give exactly 0 (the same masks for both).
+`grpo_seq` and `stable_drl` consume before clipping. Shared masks give exactly 0 (the same masks for both). With
+`test_log_ratio_noise_std` > 0 the test-only noise is added per row as the trainer adds it (`noise_dose`).
 
     summary = measure_trainer_noise(trainer, prompts, pairs=512, seed=0)
     summary["log_ratio_sd"], summary["weight_max"]
@@ -25,6 +26,7 @@ import math
 import torch
 
 from .evaluation import left_pad, render_prompt
+from .noise_dose import log_ratio_noise
 
 
 def noise_streams(mask_seed_mode: str, step: int, inner_step: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -88,6 +90,10 @@ def pure_noise_log_ratios(
                     logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attn, c)
                     values.append(logps.double())  # (B, C)
                 log_r = torch.where(mask, values[1] - values[0], 0.0)  # (B, C)
+                if trainer.args.test_log_ratio_noise_std > 0:  # the test-only noise, as the trainer adds it
+                    eps = log_ratio_noise(torch.arange(ids.shape[0]), trainer.args.seed, d, inner_step,
+                                          trainer.args.test_log_ratio_noise_std)  # fmt: skip
+                    log_r = torch.where(mask, log_r + eps[:, None], 0.0)
                 sequence.append(log_r.sum(-1) / mask.sum(-1).clamp(min=1))  # (B,)
                 token_max.append(torch.where(mask, log_r, -math.inf).max(-1).values)  # (B,)
     finally:
