@@ -541,6 +541,7 @@ def render(summary: dict) -> str:
             rows,
         )
     text += verdict(summary)
+    text += ending_sentence(summary)
     text += noise_sentence(summary)
     text += comparison_sentences(summary)
     text += f"\nWall time {summary['seconds'] / 60:.1f} min. " + results.provenance_line(summary)
@@ -593,6 +594,23 @@ def noise_sentence(summary: dict) -> str:
         f"({first['scored_tokens_mean']:.2f} scored tokens on average): pure-noise sequence log-ratio {'; '.join(parts)} "
         f"(measured at the start only: the trained checkpoints are not kept; the table's max unclipped weight is the "
         f"largest seen during training).\n"
+    )
+
+
+def ending_sentence(summary: dict) -> str:
+    """How the runs end: per objective the mean over seeds of each run's best held-out accuracy against its final one
+    (equal only when every seed ended at its best evaluation), and the fixed step budget it rests on."""
+    parts = [
+        f"{name} {a['accuracy_best']:.3f} / {a['accuracy_after']:.3f}" for name, a in summary["objectives"].items()
+    ]
+    at_best = [name for name, a in summary["objectives"].items() if a["accuracy_best"] - a["accuracy_after"] < 5e-4]
+    steps = summary["settings"]["max_steps"]
+    return (
+        f"\nBest / final held-out accuracy (means over seeds of each run's best and last evaluation): "
+        f"{'; '.join(parts)}; {len(at_best)} of {len(parts)} objectives ended every seed at its best evaluation. "
+        f"Every run stops after a fixed {steps} steps with no saturation criterion, so the final accuracies compare "
+        f"what each objective reaches in {steps} steps, not the level it saturates at nor its resistance to "
+        f"collapse.\n"
     )
 
 
@@ -725,7 +743,12 @@ def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, li
                 summaries[summary["settings"]["tag"]] = summary
     out = []
     for summary in summaries.values():
-        for text in (verdict(summary), noise_sentence(summary), comparison_sentences(summary)):
+        for text in (
+            verdict(summary),
+            ending_sentence(summary),
+            noise_sentence(summary),
+            comparison_sentences(summary),
+        ):
             out += [(x, [summary]) for x in split_sentences(text)]
     if "" in summaries:
         main = summaries[""]
