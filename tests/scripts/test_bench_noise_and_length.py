@@ -127,3 +127,24 @@ def test_noise_dose_arguments(load_script):
         bench.parse_args(["--cells", "2:1.0"])
     with pytest.raises(SystemExit, match="include grpo_seq"):
         bench.parse_args(["--objectives", "stable_drl"])
+
+
+@pytest.mark.parametrize("script", ["bench_length_noise", "bench_noise_dose"])
+def test_docs_pages_equal_the_rendering_of_their_committed_json(load_script, script):
+    from pathlib import Path
+
+    from stabledrl_trl import results
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    bench = load_script(script)
+    page = results.marked_blocks((docs / Path(bench.PAGE).name).read_text())
+    rendered = bench.readme_blocks(str(docs))
+    assert bench.BLOCK in page
+    if not rendered:  # no committed JSON: the block is empty, it shows no numbers
+        assert page[bench.BLOCK] == ""
+        return
+    assert page[bench.BLOCK] == rendered[bench.BLOCK], f"run python scripts/{script}.py --readme-only"
+    if script == "bench_length_noise":  # its reading rests on the JSON's numbers
+        data = results.read_json(str(docs / bench.JSON_NAME))
+        for sentence in bench.reading(data).splitlines():
+            assert claims.check_sentence(sentence, [data]) == []
