@@ -24,7 +24,7 @@ to the start's norm) so a faster learner is not mistaken for a more stable one, 
 
 Collapse (`collapsed`): held-out accuracy below the start's minus `--collapse-margin` (default 0.02) for
 `--collapse-evals` (default 3) evaluations in a row, or a non-finite grad norm. Saturation (`flat`): the best
-objective's mean curve (over seeds) rose by less than `--flat-delta` (default 0.01) over its last `--flat-evals`
+objective's (highest mean AUC) mean curve (over seeds) rose by less than `--flat-delta` (default 0.01) over its last `--flat-evals`
 (default 4) evaluations; a cell whose best curve is not flat is reported as "still rising", and its final accuracy
 ranks learning speed, not stability.
 
@@ -102,12 +102,23 @@ def collapsed(accuracies: dict, grad_norms: list[float], margin: float, evals: i
     return False
 
 
-def is_flat(curve: list[float], delta: float, evals: int) -> bool:
+def is_flat(curve: list[float], delta: float, evals: int) -> bool | None:
     """Saturation of a mean accuracy curve: it rose by less than `delta` over its last `evals` evaluations
-    (max of the last `evals` values minus the value before them); False when the curve is too short to tell."""
+    (max of the last `evals` values minus the value before them); None when the curve is too short to tell."""
     if len(curve) < evals + 1:
-        return False
+        return None
     return max(curve[-evals:]) - curve[-evals - 1] < delta
+
+
+FLAT_LABELS = {True: "flat", False: "still rising", None: "too few evaluations to tell"}
+
+
+def flat_state(records: list[dict], name: str, flat: dict) -> bool | None:
+    """`is_flat` of objective `name`'s mean curve over its seeds (records of `run_record`)."""
+    runs = [r for r in records if r["objective"] == name]
+    steps = sorted(int(k) for k in runs[0]["accuracies"])
+    curve = [sum(r["accuracies"][str(s)] for r in runs) / len(runs) for s in steps]
+    return is_flat(curve, flat["delta"], flat["evals"])
 
 
 def run_record(run: dict, margin: float, evals: int) -> dict:
@@ -148,8 +159,13 @@ def cell_summary(records: list[dict], flat_delta: float, flat_evals: int) -> dic
         steps = sorted(int(k) for k in runs[0]["accuracies"])
         curves[name] = [sum(r["accuracies"][str(s)] for r in runs) / len(runs) for s in steps]
         out[name] = entry
-    best = max(out, key=lambda n: out[n]["best"])
+    best = best_objective(out)
     return {"objectives": out, "best_objective": best, "flat": is_flat(curves[best], flat_delta, flat_evals)}
+
+
+def best_objective(objectives: dict) -> str:
+    """The objective with the highest mean area under the accuracy curve (the one whose saturation ends a study)."""
+    return max(objectives, key=lambda n: objectives[n]["auc"])
 
 
 def breaking_point(cells: list[dict]) -> dict:
@@ -225,7 +241,7 @@ def run(args, argv) -> dict:
             "eval_samples": args.eval_samples,
             "eval_draws": args.eval_draws,
             "collapse": {"margin": args.collapse_margin, "evals": args.collapse_evals},
-            "flat": {"delta": args.flat_delta, "evals": args.flat_evals},
+            "flat": {"delta": args.flat_delta, "evals": args.flat_evals, "objective": "highest mean AUC"},
             "noise_pairs": args.noise_pairs,
         },  # fmt: skip
         "cells": cells,
@@ -260,15 +276,22 @@ def render(data: dict) -> str:
                 f"{o['auc']:.3f}", f"{o['collapsed']} of {o['seeds']}",
                 "-" if o["param_distance"] is None else f"{o['param_distance']:.3g}",
                 "-" if not test else f"{test['mean']:+.3f} (p = {test['p']:.3f})",
-                ("yes" if summary["flat"] else "still rising") if name == summary["best_objective"] else "",
+                FLAT_LABELS[flat_state(c["runs"], name, s["flat"])] if name == best_objective(summary["objectives"]) else "",
             ])  # fmt: skip
     text += results.markdown_table(header, rows)
-    points = data["breaking_point"]
-    text += "\n" + " ".join(
-        f"lr {lr}: " + (f"grpo_seq collapses in most seeds and stable_drl in none from noise sd {sd:.3f}."
-                        if sd is not None else "no cell where grpo_seq collapses in most seeds and stable_drl in none.")
-        for lr, sd in points.items()
-    ) + "\n"  # fmt: skip
+    lines = []
+    for lr, sd in data["breaking_point"].items():
+        if sd is None:
+            lines.append(f"lr {lr}: no cell where grpo_seq collapses in most seeds and stable_drl in none.")
+            continue
+        cell = next(c for c in data["cells"] if f"{c['learning_rate']:g}" == lr and c["noise_sd"] == sd)
+        o = cell["summary"]["objectives"]
+        lines.append(
+            f"lr {lr}: smallest measured noise sd at which grpo_seq collapses in most seeds and stable_drl in none: "
+            f"{sd:.3f} (grpo_seq {o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} seeds, stable_drl "
+            f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']})."
+        )
+    text += "\n" + " ".join(lines) + "\n"
     text += f"\nWall time {data['seconds'] / 60:.1f} min. " + results.provenance_line(data)
     return text
 

@@ -87,7 +87,7 @@ def test_noise_dose_definitions_by_hand(load_script):
     assert bench.collapsed(acc, [1.0, float("nan")], 0.02, 3)  # a non-finite grad norm
     assert bench.is_flat([0.1, 0.3, 0.305, 0.30, 0.31], delta=0.02, evals=3)
     assert not bench.is_flat([0.1, 0.2, 0.25, 0.30, 0.35], delta=0.02, evals=3)
-    assert not bench.is_flat([0.3, 0.3], delta=0.02, evals=3)  # too short to tell
+    assert bench.is_flat([0.3, 0.3], delta=0.02, evals=3) is None  # too short to tell
 
 
 def test_noise_dose_cell_summary_and_breaking_point(load_script):
@@ -104,7 +104,9 @@ def test_noise_dose_cell_summary_and_breaking_point(load_script):
     assert summary["objectives"]["grpo_seq"]["collapsed"] == 2 and sd["collapsed"] == 0
     assert sd["final"] == pytest.approx(1.4 / 3) and sd["final_vs_grpo_seq"]["mean"] == pytest.approx(0.8 / 3)
     assert sd["auc_vs_grpo_seq"]["mean"] == pytest.approx(0.2) and sd["param_distance"] == 2.0
-    assert summary["best_objective"] == "stable_drl" and not summary["flat"]  # rose from 0.3 to 0.467
+    assert summary["best_objective"] == "stable_drl" and summary["flat"] is False  # rose from 0.3 to 0.467
+    assert bench.flat_state(records, "stable_drl", {"delta": 0.01, "evals": 1}) is False
+    assert bench.flat_state(records, "stable_drl", {"delta": 0.01, "evals": 2}) is None
     cells = [
         {"learning_rate": 5e-5, "noise_sd": 0.3, "summary": {"objectives": {
             "grpo_seq": {"collapsed": 0, "seeds": 3}, "stable_drl": {"collapsed": 0, "seeds": 3}}}},
