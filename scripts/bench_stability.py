@@ -804,7 +804,9 @@ def make_parser() -> argparse.ArgumentParser:
         help="train nothing: measure each objective's estimator noise in the study's own setting at the SFT start "
         "and add it to the summary JSON(s) in --output-dir (the one of --tag, or every study with --tag all)",
     )  # fmt: skip
-    p.add_argument("--noise-pairs", type=int, default=NOISE_PAIRS, help="pure-noise pairs per objective")
+    p.add_argument(
+        "--noise-pairs", type=int, default=None, help=f"pure-noise pairs per objective ({NOISE_PAIRS}; --quick 64)"
+    )
     p.add_argument(
         "--readme-only", action="store_true",
         help="run nothing: rewrite README.md's stability blocks from the JSON files in --output-dir (default docs/)",
@@ -855,6 +857,7 @@ def parse_args(argv=None):
     args.eval_every = args.eval_every if args.eval_every is not None else max(1, args.max_steps // 4)
     args.eval_samples = args.eval_samples if args.eval_samples is not None else (64 if quick else 512)
     args.eval_draws = args.eval_draws if args.eval_draws is not None else (2 if quick else 4)
+    args.noise_pairs = args.noise_pairs if args.noise_pairs is not None else (64 if quick else NOISE_PAIRS)
     if args.noise_pairs < 2:
         raise SystemExit(f"--noise-pairs={args.noise_pairs} must be >= 2 (a standard deviation needs two pairs).")
     for name in ("max_steps", "eval_every", "eval_samples", "eval_draws", "num_threads", "sft_steps"):

@@ -196,3 +196,12 @@ def test_miniature_study_writes_summary_figure_and_readme_block(load_script, tmp
     assert c["differences"] == pytest.approx([r["accuracy_after"] - g[r["seed"]] for r in sd])
     block = bench.readme_blocks(str(out))["stability"]
     assert block == bench.render(on_disk) and "| stable_drl - grpo_seq |" in block and "sign test" in block
+    # the estimator noise of the study's own setting, measured with the trainer's scoring, and the distance moved
+    noise = on_disk["estimator_noise"]
+    assert noise["pairs"] == 64 and set(noise["objectives"]) == {"grpo_seq", "stable_drl"}
+    assert (
+        noise["objectives"]["stable_drl"]["estimator_block_size"]
+        == on_disk["settings"]["study"]["estimator_block_size"]
+    )
+    assert noise["objectives"]["stable_drl"]["log_ratio_sd"] > 0 and "Estimator noise in this setting" in block
+    assert all(run["param_distance"]["l2"] > 0 for run in on_disk["runs"])
