@@ -5,15 +5,16 @@
     python scripts/bench_length_noise.py --quick --output-dir /tmp/x   # a smoke test (few pairs, short SFT)
 
 At theta = theta_old the sequence log-ratio L_theta(y) - L_old(y) is pure estimator noise. For each answer length and
-estimator setting this script builds a `StableDRLTrainer` with that setting, rolls out completions with the trainer's
-sampler from a tiny LLaDA warmed up by SFT, and scores each completion twice on the trainer's old and current mask
-streams (`stabledrl_trl.estimator_noise`). It reports the standard deviation of the log-ratio and the largest weight
+estimator setting this script builds a `StableDRLTrainer` with that setting on a tiny LLaDA warmed up by SFT, takes
+the gold answers of distinct random prompts as completions (the sorted digits and the EOS: exactly the length wanted;
+the long task's warm-up at this budget ends its own rollouts after a few tokens, so rollouts would not have it), and
+scores each completion twice on the trainer's old and current mask streams (`stabledrl_trl.estimator_noise`). It reports the standard deviation of the log-ratio and the largest weight
 in two forms:
 - mean form (what the trainer and the official StableDRL code use): L is a per-token mean (the masked sum of
   log-probabilities divided by the count masked, averaged over MC samples), so log w = L_theta - L_old is a
   difference of per-token means;
-- sum form (a sequence log-likelihood): log w_sum = n x log w, n the scored tokens of the completion, i.e. the sum
-  over tokens of the per-token log-ratios. This is the form of an autoregressive sequence ratio exp(sum_t log r_t).
+- sum form (a sequence log-likelihood): log w_sum = n x log w, n the scored tokens of the completion: the same
+  estimate written as a sum over tokens, as an autoregressive sequence ratio exp(sum_t log r_t) is.
 
 Lengths: the stability study's own setting (`digit_sort`, 4 digits + EOS = 5 scored tokens, canvas 8, its SFT
 warm-up) and `digit_sort_long` prompts of fixed digit counts (`--digits`, default 31 39 47 55 63: 32-64 scored tokens;
@@ -92,20 +93,29 @@ def forms(log_r, lengths) -> dict:
     return {"pairs": mean["pairs"], "mean_form": {k: mean[k] for k in keys}, "sum_form": {k: total[k] for k in keys}}
 
 
-def rollouts(trainer, prompts: list, pairs: int, seed: int):
-    """`pairs` rollouts with the trainer's sampler (prompts cycled in groups of G); the sampler settings are the same
-    for every estimator setting, so one set of rollouts serves them all."""
+def gold_batch(tokenizer, examples: list[dict], canvas: int):
+    """(prompt_ids (B, P), prompt_mask (B, P), completion_ids (B, C), completion_mask (B, C)) of the gold answers:
+    each completion is the sorted digits and the EOS, padded with the pad token to the canvas (mask 0 there), as
+    the trainer receives a rollout that ends with that answer; prompts rendered and left-padded as the trainer's."""
     import torch
 
-    from stabledrl_trl.estimator_noise import trainer_rollouts
+    from stabledrl_trl.evaluation import left_pad, render_prompt
 
-    g = trainer.args.num_generations
-    rows = [prompts[(i // g) % len(prompts)] for i in range(pairs)]
-    return trainer_rollouts(trainer, rows, torch.Generator().manual_seed(seed))
+    ids = [tokenizer(render_prompt(tokenizer, e["prompt"]), add_special_tokens=False)["input_ids"] for e in examples]
+    prompt_ids, prompt_mask = left_pad(ids, tokenizer.pad_token_id)
+    completion_ids = torch.full((len(examples), canvas), tokenizer.pad_token_id, dtype=torch.long)  # (B, C)
+    completion_mask = torch.zeros(len(examples), canvas, dtype=torch.long)  # (B, C)
+    for row, e in enumerate(examples):
+        answer = tokenizer(e["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if len(answer) > canvas:
+            raise ValueError(f"answer of {len(answer)} tokens does not fit the {canvas}-token canvas")
+        completion_ids[row, : len(answer)] = torch.tensor(answer)
+        completion_mask[row, : len(answer)] = 1
+    return prompt_ids, prompt_mask, completion_ids, completion_mask
 
 
 def measure_one(trainer, batch) -> dict:
-    """Pure-noise statistics of one trainer's setting on `batch` (rollouts), one (old, current) pair per rollout."""
+    """Pure-noise statistics of one trainer's setting on `batch`, one (old, current) pair per completion."""
     from stabledrl_trl.estimator_noise import pure_noise_log_ratios
 
     pid, pm, cid, cm = batch
@@ -140,7 +150,7 @@ def run(args, argv) -> dict:
     for task, digits, canvas, model_path in plan:
         if task not in datasets:
             datasets[task] = load_task_dataset(task, "train", num_samples=64, seed=0)
-        prompts = make_prompts(task, digits, args.prompts, args.seed)
+        examples = make_examples(task, digits, args.pairs, args.seed)
         batch = None
         for name, s in SETTINGS.items():
             fields = {"likelihood_estimator": s["likelihood_estimator"], "mc_samples": s["mc_samples"]}
@@ -149,7 +159,7 @@ def run(args, argv) -> dict:
                 fields["estimator_block_size"] = size
             trainer = make_trainer(task, model_path, canvas, fields, os.path.join(args.runs_dir, f"{task}-{name}"),
                                    datasets[task])  # fmt: skip
-            batch = batch if batch is not None else rollouts(trainer, prompts, args.pairs, args.seed)
+            batch = batch if batch is not None else gold_batch(trainer.processing_class, examples, canvas)
             row = {"task": task, "digits": digits, "canvas": canvas, "setting": name, **fields,
                    **measure_one(trainer, batch)}  # fmt: skip
             rows.append(row)
@@ -161,7 +171,8 @@ def run(args, argv) -> dict:
         "provenance": provenance,
         "settings": {
             "pairs": args.pairs,
-            "prompts_per_length": args.prompts,
+            "completions": "the gold answers (sorted digits + EOS), one distinct random prompt per pair: the "
+            "long task's SFT warm-up at this budget ends its own rollouts early, so rollouts would not have the length",
             "seed": args.seed,
             "short_sft": {**short_sft, "task": "digit_sort", "seed": 0},
             "long_sft": {**long_sft, "task": "digit_sort_long", "seed": 0},
@@ -176,9 +187,9 @@ def run(args, argv) -> dict:
     }
 
 
-def make_prompts(task: str, digits: int, count: int, seed: int) -> list:
-    """`count` prompts of `digits` random digits each (seeded), formatted as the task formats its rows; for
-    digit_sort_long, strings whose answer is in the test split (never trained on)."""
+def make_examples(task: str, digits: int, count: int, seed: int) -> list[dict]:
+    """`count` distinct-seeded examples ({"prompt", "answer", ...}) of `digits` random digits each, formatted as the
+    task formats its rows; for digit_sort_long, strings whose answer is in the test split (never trained on)."""
     import random
 
     from stabledrl_trl.tasks import get_task
@@ -189,7 +200,7 @@ def make_prompts(task: str, digits: int, count: int, seed: int) -> list:
     while len(out) < count:
         s = "".join(rng.choice("0123456789") for _ in range(digits))
         if task == "digit_sort" or is_test_answer("".join(sorted(s))):
-            out.append(get_task(task).format_example({"digits": s})["prompt"])
+            out.append(get_task(task).format_example({"digits": s}))
     return out
 
 
@@ -200,8 +211,8 @@ def render(data: dict) -> str:
     """The docs block: one row per (length, setting), then the sentences read from those rows."""
     s = data["settings"]
     text = (
-        f"Pure-noise log-ratio at theta = theta_old, {s['pairs']} pairs per row (one rollout and one old / current "
-        f"estimate pair each), K = 2 MC samples, fresh masks, the trainer's own scoring. Mean form: log w = L_theta - "
+        f"Pure-noise log-ratio at theta = theta_old, {s['pairs']} pairs per row (one gold completion of a distinct "
+        f"prompt and one old / current estimate pair each), K = 2 MC samples, fresh masks, the trainer's own scoring. Mean form: log w = L_theta - "
         f"L_old with L a per-token mean (the trainer's and the official code's form); sum form: n x log w.\n\n"
     )
     header = ["task, digits", "scored tokens (mean, min-max)", "setting", "estimator block", "mean-form sd",
@@ -263,7 +274,6 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", default="outputs/bench_length_noise/runs", help="trainer output folders")
     p.add_argument("--digits", nargs="+", type=int, default=None, help=f"digit_sort_long lengths ({DEFAULT_DIGITS})")
     p.add_argument("--pairs", type=int, default=None, help="pure-noise pairs per row (default 512)")
-    p.add_argument("--prompts", type=int, default=64, help="distinct prompts per length (G = 8 rollouts each)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--short-sft-steps", type=int, default=SHORT_SFT["max_steps"])
     p.add_argument("--long-sft-steps", type=int, default=None, help="digit_sort_long SFT warm-up steps (default 160)")
@@ -287,7 +297,7 @@ def parse_args(argv=None):
     for d in args.digits:
         if not MIN_DIGITS <= d <= MAX_DIGITS:
             raise SystemExit(f"--digits {d}: digit_sort_long answers have {MIN_DIGITS}-{MAX_DIGITS} digits.")
-    for name in ("pairs", "prompts", "num_threads", "short_sft_steps", "long_sft_steps"):
+    for name in ("pairs", "num_threads", "short_sft_steps", "long_sft_steps"):
         if getattr(args, name) < (2 if name == "pairs" else 1):
             raise SystemExit(f"--{name.replace('_', '-')}={getattr(args, name)} is too small.")
     if args.output_dir is None:
