@@ -133,6 +133,7 @@ def measure_one(trainer, batch) -> dict:
 def run(args, argv) -> dict:
     import torch
 
+    from stabledrl_trl.estimator_noise import trainer_rollouts
     from stabledrl_trl.sft import prepare_sft_model
     from stabledrl_trl.tasks import load_task_dataset
 
@@ -141,13 +142,13 @@ def run(args, argv) -> dict:
     start = time.time()
     short_sft = {**SHORT_SFT, "max_steps": args.short_sft_steps}
     long_sft = dict(max_steps=args.long_sft_steps, learning_rate=1e-3, num_samples=5000, completion_length=LONG_CANVAS)
-    plan = [("digit_sort", 4, 8, prepare_sft_model(args.sft_cache_dir, task="digit_sort", seed=0, progress=False,
-                                                   **short_sft))]  # fmt: skip
+    short_path = prepare_sft_model(args.sft_cache_dir, task="digit_sort", seed=0, progress=False, **short_sft)
+    plan = [("digit_sort", 4, 8, short_path, kind) for kind in ("rollouts", "gold")]
     long_path = prepare_sft_model(args.sft_cache_dir, task="digit_sort_long", seed=0, progress=False, **long_sft)
-    plan += [("digit_sort_long", n, LONG_CANVAS, long_path) for n in args.digits]
+    plan += [("digit_sort_long", n, LONG_CANVAS, long_path, "gold") for n in args.digits]
     rows = []
     datasets = {}
-    for task, digits, canvas, model_path in plan:
+    for task, digits, canvas, model_path, kind in plan:
         if task not in datasets:
             datasets[task] = load_task_dataset(task, "train", num_samples=64, seed=0)
         examples = make_examples(task, digits, args.pairs, args.seed)
@@ -159,11 +160,16 @@ def run(args, argv) -> dict:
                 fields["estimator_block_size"] = size
             trainer = make_trainer(task, model_path, canvas, fields, os.path.join(args.runs_dir, f"{task}-{name}"),
                                    datasets[task])  # fmt: skip
-            batch = batch if batch is not None else gold_batch(trainer.processing_class, examples, canvas)
-            row = {"task": task, "digits": digits, "canvas": canvas, "setting": name, **fields,
+            if batch is None and kind == "gold":
+                batch = gold_batch(trainer.processing_class, examples, canvas)
+            elif batch is None:  # the model's own rollouts, G = 8 per prompt, with the trainer's sampler
+                g = trainer.args.num_generations
+                prompts = [examples[i // g]["prompt"] for i in range(args.pairs)]
+                batch = trainer_rollouts(trainer, prompts, torch.Generator().manual_seed(args.seed))
+            row = {"task": task, "digits": digits, "canvas": canvas, "completions": kind, "setting": name, **fields,
                    **measure_one(trainer, batch)}  # fmt: skip
             rows.append(row)
-            print(f"{task} {digits} digits {name}: {row['scored_tokens_mean']:.1f} tokens, mean-form sd "
+            print(f"{task} {digits} digits {kind} {name}: {row['scored_tokens_mean']:.1f} tokens, mean-form sd "
                   f"{row['mean_form']['log_ratio_sd']:.4f} (largest weight {row['mean_form']['weight_max']:.3g}), "
                   f"sum-form sd {row['sum_form']['log_ratio_sd']:.3f} (largest {row['sum_form']['weight_max']:.3g})",
                   flush=True)  # fmt: skip
@@ -171,8 +177,9 @@ def run(args, argv) -> dict:
         "provenance": provenance,
         "settings": {
             "pairs": args.pairs,
-            "completions": "the gold answers (sorted digits + EOS), one distinct random prompt per pair: the "
-            "long task's SFT warm-up at this budget ends its own rollouts early, so rollouts would not have the length",
+            "completions": "gold: the gold answers (sorted digits + EOS), one distinct random prompt per pair (the "
+            "long task's SFT warm-up at this budget ends its own rollouts early, so rollouts would not have the "
+            "length); rollouts: the model's own samples (trainer's sampler, G = 8 per prompt), digit_sort only",
             "seed": args.seed,
             "short_sft": {**short_sft, "task": "digit_sort", "seed": 0},
             "long_sft": {**long_sft, "task": "digit_sort_long", "seed": 0},
@@ -215,12 +222,13 @@ def render(data: dict) -> str:
         f"prompt and one old / current estimate pair each), K = 2 MC samples, fresh masks, the trainer's own scoring. Mean form: log w = L_theta - "
         f"L_old with L a per-token mean (the trainer's and the official code's form); sum form: n x log w.\n\n"
     )
-    header = ["task, digits", "scored tokens (mean, min-max)", "setting", "estimator block", "mean-form sd",
+    header = ["task, digits", "completions", "scored tokens (mean, min-max)", "setting", "estimator block", "mean-form sd",
               "mean-form largest weight", "sum-form sd", "sum-form largest weight", f"sum-form share above C = {s['clip_c']:g}"]  # fmt: skip
     table = []
     for r in data["rows"]:
         table.append([
             f"{r['task']}, {r['digits']}",
+            r.get("completions", "gold"),
             f"{r['scored_tokens_mean']:.1f} ({r['scored_tokens_min']}-{r['scored_tokens_max']})",
             f"`{r['likelihood_estimator']}`" + (f" ({r['setting'].split('_', 2)[-1].replace('_', ' ')})"
                                                 if r["likelihood_estimator"] == "block_random" else ""),
@@ -254,6 +262,24 @@ def reading(data: dict) -> str:
             f"{a['sum_form']['log_ratio_sd']:.3f} -> {b['sum_form']['log_ratio_sd']:.3f} (largest weight "
             f"{a['sum_form']['weight_max']:.3g} -> {b['sum_form']['weight_max']:.3g})."
         )
+    short = {
+        (r["completions"], r["setting"]): r for r in data["rows"] if r["task"] == "digit_sort" and "completions" in r
+    }
+    for name in data["settings"]["estimators"]:
+        if ("rollouts", name) in short and ("gold", name) in short:
+            a, b = short[("rollouts", name)], short[("gold", name)]
+            lines.append(
+                f"`{name}` on digit_sort: the model's own rollouts ({a['scored_tokens_mean']:.1f} scored tokens) give "
+                f"mean-form sd {a['mean_form']['log_ratio_sd']:.3f} (largest weight {a['mean_form']['weight_max']:.3g}), "
+                f"the gold answers ({b['scored_tokens_mean']:.1f} tokens) {b['mean_form']['log_ratio_sd']:.3f} (largest weight "
+                f"{b['mean_form']['weight_max']:.3g})"
+                + (
+                    ": close (within 10%), so the gold-answer rows stand for the model's own samples here."
+                    if abs(b["mean_form"]["log_ratio_sd"] / a["mean_form"]["log_ratio_sd"] - 1) <= 0.1
+                    else ": they differ, so the gold-answer rows measure the noise on given answers, not on the "
+                    "model's own samples."
+                )
+            )
     return "\n".join(lines)
 
 
