@@ -150,3 +150,35 @@ def test_docs_pages_equal_the_rendering_of_their_committed_json(load_script, scr
         data = results.read_json(str(docs / bench.JSON_NAME))
         for sentence in bench.reading(data).splitlines():
             assert claims.check_sentence(sentence, [data]) == []
+
+
+def test_gold_batch_holds_the_answer_and_its_eos(load_script):
+    from stabledrl_trl.tiny import build_tiny_tokenizer
+
+    bench = load_script("bench_length_noise")
+    tok = build_tiny_tokenizer()
+    examples = bench.make_examples("digit_sort_long", 31, 3, seed=0)
+    assert all(len(e["digits"]) == 31 and e["answer"] == "".join(sorted(e["digits"])) for e in examples)
+    pid, pm, cid, cm = bench.gold_batch(tok, examples, 64)
+    assert cid.shape == cm.shape == (3, 64) and (cm.sum(-1) == 32).all()  # 31 digits and the EOS
+    for row, e in enumerate(examples):
+        assert tok.decode(cid[row, :31].tolist()) == e["answer"] and cid[row, 31] == tok.eos_token_id
+        assert (cid[row, 32:] == tok.pad_token_id).all() and pm[row].sum() > 0
+    with pytest.raises(ValueError, match="does not fit"):
+        bench.gold_batch(tok, examples, 16)
+
+
+@pytest.mark.slow
+def test_length_noise_quick_run_end_to_end(load_script, tmp_path):
+    bench = load_script("bench_length_noise")
+    data = bench.main(["--quick", "--output-dir", str(tmp_path / "out"), "--sft-cache-dir", str(tmp_path / "sft"),
+                       "--runs-dir", str(tmp_path / "runs"), "--pairs", "8"])  # fmt: skip
+    rows = data["rows"]
+    assert len(rows) == (2 + 2) * len(bench.SETTINGS)  # digit_sort rollouts and gold, two long lengths
+    for r in rows:
+        if r["task"] == "digit_sort_long":
+            assert r["scored_tokens_min"] == r["scored_tokens_max"] == r["digits"] + 1
+        if r["scored_tokens_min"] == r["scored_tokens_max"]:  # one length: the sum form is exactly n x the mean form
+            n = r["scored_tokens_min"]
+            assert r["sum_form"]["log_ratio_sd"] == pytest.approx(n * r["mean_form"]["log_ratio_sd"])
+    assert (tmp_path / "out" / bench.JSON_NAME).is_file()
