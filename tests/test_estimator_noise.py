@@ -126,7 +126,6 @@ def test_config_refuses_a_negative_noise_std(tmp_path):
         StableDRLConfig(output_dir=str(tmp_path), use_cpu=True, test_log_ratio_noise_std=-0.1)
 
 
-@pytest.mark.slow
 def test_large_test_noise_clips_about_half_of_stabledrls_weights(tmp_path):
     # log w = estimator noise + N(0, 40^2): P(log w > log 5) = P(Z > log 5 / 40) ~ 0.484 (the estimator's own noise,
     # sd ~0.3, is negligible next to 40); without the test noise almost nothing is clipped.
