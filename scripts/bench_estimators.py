@@ -18,7 +18,8 @@ Shapes:
 - "embedded": the tiny LLaDA of configs/tiny.yaml (d_model 128, 4 layers): its SFT warm-up when cached in
   `--sft-cache-dir` (`--model auto`, the default), or trained first (`--model sft`), else the same architecture at
   random initialisation (`--model random`); one rollout per held-out digit_sort prompt (canvas 8, temperature 0.9);
-  estimator blocks of 8 (one block, as the stability study).
+  estimator blocks of 8 (one block; the stability study uses blocks of 2, i.e. 4 blocks on the canvas, and records
+  the noise in its own setting: `scripts/bench_stability.py --measure-noise`).
 - "larger": the same architecture at random initialisation on a 64-position canvas (its rollouts: up to 64 tokens),
   estimator blocks of 16 (4 blocks).
 The result goes to `--output` (JSON with the commit, the command and package versions) and is printed as markdown;

@@ -2,7 +2,8 @@
 embedded digit-sorting task.
 
     python scripts/bench_stability.py --write-readme                # the study: 7 objectives x 5 seeds -> docs/
-    python scripts/bench_stability.py --estimator coupled --tag coupled --write-readme   # with a low-variance estimator
+    python scripts/bench_stability.py --estimator block_random_coupled --tag coupled --write-readme   # another estimator
+    python scripts/bench_stability.py --measure-noise --tag all     # add the estimator noise to every study JSON
     python scripts/bench_stability.py --objectives grpo_seq stable_drl --seeds 0 1 --max-steps 100
     python scripts/bench_stability.py --quick --output-dir /tmp/study   # 1 seed, a few steps: a smoke test
 
@@ -14,10 +15,15 @@ training) is the mean over `--eval-draws` sampled evaluations at the training te
 1000 + d, the same draws for every run), measured before RL, every `--eval-every` steps and after RL; greedy
 accuracy before and after as well.
 
+The estimator noise of every objective is measured in the study's own setting (`measure_noise`: at the SFT start,
+theta = theta_old, the pure-noise sequence log-ratio and the largest weight with the trainer's own scoring,
+`stabledrl_trl.estimator_noise`) and stored in the JSON; the readings in the README blocks (`verdict`,
+`noise_sentence`, `comparison_sentences`, `headline`, `other_estimator_sentence`) are rendered from those figures.
+
 The claim tested: with noisy ratios StableDRL gains held-out accuracy while sequence-level GRPO gains less or loses.
 Per seed, the paired difference of final accuracy (objective - grpo_seq; the same SFT start, so it is also the
 difference of gains) is tested with a two-sided paired t-test and an exact sign test (`stabledrl_trl.results`).
-Controls: GRPO on shared masks (less noise), GRPO with TRL's two-sided clip (`delta`, the bound StableDRL's C puts
+Controls: GRPO on shared masks (the same masks for the old and current policy), GRPO with TRL's two-sided clip (`delta`, the bound StableDRL's C puts
 on every weight, without self-normalisation), StableDRL with C = 1e6 (no clipping), DGPO and d1's diffu-GRPO.
 Mechanism diagnostics (means over steps, where the trainer logs them): `stabledrl/weight_mean_neg_adv` and
 `stabledrl/weight_mean_pos_adv` (the mean weight the objective applies to negative- and positive-advantage samples),
@@ -260,8 +266,13 @@ def config_fields() -> dict:
 
 def run_settings(fields: dict, name: str, args) -> dict:
     """The StableDRLConfig fields of one objective's runs: STUDY, the regime flags, --set, then the objective's."""
-    settings = {**STUDY, **args.regime, **args.overrides}
-    own = dict(fields)
+    return objective_settings({**STUDY, **args.regime, **args.overrides}, fields, name)
+
+
+def objective_settings(study: dict, fields: dict, name: str) -> dict:
+    """The study's shared settings with one objective's fields on top (an objective with its own estimator keeps it;
+    the others take the study's)."""
+    settings, own = dict(study), dict(fields)
     if name in OWN_ESTIMATOR:
         settings.pop("estimator_block_size", None)
     else:
@@ -269,20 +280,15 @@ def run_settings(fields: dict, name: str, args) -> dict:
     return {**settings, **own}
 
 
-def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset, before=None):
-    """Train one objective with one seed; returns its summary. `before`: the accuracy record of the SFT model
-    (the same for every run; measured here when None)."""
-    from transformers import AutoTokenizer, TrainerCallback
+def make_trainer(settings: dict, seed: int, model_path: str, output_dir: str, max_steps: int, train_dataset):
+    """The StableDRLTrainer of one run: the study's CPU settings plus `settings` (`run_settings`), from the SFT start."""
+    from transformers import AutoTokenizer
 
     from stabledrl_trl import StableDRLConfig, StableDRLTrainer
-    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
-    from stabledrl_trl.evaluation import evaluate_draws
     from stabledrl_trl.tasks import get_task
 
-    task = get_task("digit_sort")
-    settings = run_settings(fields, name, args)
     config = StableDRLConfig(
-        output_dir=os.path.join(args.runs_dir, f"{name}-seed{seed}"),
+        output_dir=output_dir,
         use_cpu=True,
         bf16=False,
         report_to="none",
@@ -290,18 +296,66 @@ def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset,
         logging_steps=1,
         gradient_checkpointing=False,
         disable_tqdm=True,
-        max_steps=args.max_steps,
+        max_steps=max_steps,
         seed=seed,
         **settings,
     )
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
-    trainer = StableDRLTrainer(
+    return StableDRLTrainer(
         model=model_path,
-        reward_funcs=list(task.reward_funcs),
+        reward_funcs=list(get_task("digit_sort").reward_funcs),
         args=config,
         train_dataset=train_dataset,
         processing_class=tokenizer,
     )
+
+
+NOISE_PAIRS = 512  # pure-noise (old, current) pairs per objective: 64 prompts x G = 8 rollouts, one pair each
+NOISE_SEED = 0
+
+
+def measure_noise(summary: dict, model_path: str, train_dataset, prompts: list, runs_dir: str,
+                  pairs: int = NOISE_PAIRS) -> dict:  # fmt: skip
+    """The estimator noise of each objective of a study in the study's own setting: for each objective, a trainer
+    built with the run's exact settings (`summary["settings"]`) at the SFT start (theta = theta_old), its own
+    rollouts of `prompts` and its own scoring (`stabledrl_trl.estimator_noise.measure_trainer_noise`). Returns
+    {"model", "pairs", "objectives": {name: noise summary}}; shared masks give exactly 0."""
+    from stabledrl_trl.estimator_noise import measure_trainer_noise
+
+    study, table = summary["settings"]["study"], summary["settings"]["objectives"]
+    out = {}
+    for name, fields in table.items():
+        settings = objective_settings(study, fields, name)
+        trainer = make_trainer(settings, NOISE_SEED, model_path, os.path.join(runs_dir, f"noise-{name}"), 1,
+                               train_dataset)  # fmt: skip
+        clip_c = float(fields.get("clip_c", 5.0))
+        out[name] = measure_trainer_noise(trainer, prompts, pairs=pairs, seed=NOISE_SEED, clip_c=clip_c)
+        print(f"noise {name}: log-ratio sd {out[name]['log_ratio_sd']:.4f}, largest weight "
+              f"{out[name]['weight_max']:.3g}", flush=True)  # fmt: skip
+    return {
+        "model": "the SFT warm-up every run starts from (theta = theta_old at the first step; the trained "
+        "checkpoints are not kept, so the noise later in training is not measured)",
+        "pairs": pairs,
+        "rollout_seed": NOISE_SEED,
+        "objectives": out,
+    }
+
+
+def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset, before=None):
+    """Train one objective with one seed; returns its summary. `before`: the accuracy record of the SFT model
+    (the same for every run; measured here when None)."""
+    from transformers import TrainerCallback
+
+    from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
+    from stabledrl_trl.evaluation import evaluate_draws
+    from stabledrl_trl.tasks import get_task
+
+    task = get_task("digit_sort")
+    settings = run_settings(fields, name, args)
+    trainer = make_trainer(
+        settings, seed, model_path, os.path.join(args.runs_dir, f"{name}-seed{seed}"), args.max_steps, train_dataset
+    )
+    config, tokenizer = trainer.args, trainer.processing_class
     records: dict[int, dict] = {}
 
     def evaluate(step, greedy=False):
@@ -324,6 +378,7 @@ def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset,
         evaluate(0, greedy=True)
     else:
         records[0] = before
+    start_params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}  # the SFT start
     start = time.time()
     trainer.train()
     evaluate(args.max_steps, greedy=True)
@@ -341,8 +396,19 @@ def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset,
         greedy_after=records[args.max_steps]["greedy"],
         settings=settings,
         mask_seed_mode=config.mask_seed_mode,
+        param_distance=parameter_distance(trainer.model, start_params),
     )
     return summary, records[0]
+
+
+def parameter_distance(model, start: dict) -> dict:
+    """How far training moved the weights from `start` ({name: tensor}): the L2 norm of the change over every
+    parameter, and that norm relative to the L2 norm of the start weights."""
+    import torch
+
+    change = sum(float(torch.sum((p.detach() - start[n]) ** 2)) for n, p in model.named_parameters())
+    norm = sum(float(torch.sum(t**2)) for t in start.values())
+    return {"l2": change**0.5, "relative": (change / norm) ** 0.5 if norm > 0 else None}
 
 
 # --- figure and README block: from the summary alone --------------------------------------------------------------
@@ -476,7 +542,12 @@ def render(summary: dict) -> str:
             rows,
         )
     text += verdict(summary)
+    text += ending_sentence(summary)
+    text += noise_sentence(summary)
+    text += comparison_sentences(summary)
     text += f"\nWall time {summary['seconds'] / 60:.1f} min. " + results.provenance_line(summary)
+    if summary.get("estimator_noise", {}).get("provenance"):
+        text += "Estimator noise: " + results.provenance_line(summary["estimator_noise"])
     return text
 
 
@@ -499,9 +570,77 @@ def verdict(summary: dict) -> str:
     )
 
 
+def noise_of(summary: dict, name: str) -> dict | None:
+    """The estimator noise measured for objective `name` in the study's own setting (None if not measured)."""
+    return (summary.get("estimator_noise") or {}).get("objectives", {}).get(name)
+
+
+def noise_sentence(summary: dict) -> str:
+    """The estimator noise of the study's setting, per objective, as measured (`measure_noise`; "" if not)."""
+    record = summary.get("estimator_noise")
+    if not record:
+        return ""
+    parts = []
+    for name in summary["objectives"]:
+        n = noise_of(summary, name)
+        if n is not None:
+            parts.append(
+                f"{name} sd {n['log_ratio_sd']:.3f}, largest weight {n['weight_max']:.3g}"
+                + (f", {n['frac_above_clip_c']:.3f} above C = {n['clip_c']:g}" if n["log_ratio_sd"] > 0 else "")
+            )
+    first = next(iter(record["objectives"].values()))
+    return (
+        f"\nEstimator noise in this setting, measured at the SFT start (theta = theta_old) with the trainer's own "
+        f"scoring, {record['pairs']} pairs of the old and the current estimate of one rollout "
+        f"({first['scored_tokens_mean']:.2f} scored tokens on average): pure-noise sequence log-ratio {'; '.join(parts)} "
+        f"(measured at the start only: the trained checkpoints are not kept; the table's max unclipped weight is the "
+        f"largest seen during training).\n"
+    )
+
+
+def ending_sentence(summary: dict) -> str:
+    """How the runs end: per objective the mean over seeds of each run's best held-out accuracy against its final one
+    (equal only when every seed ended at its best evaluation), and the fixed step budget it rests on."""
+    parts = [
+        f"{name} {a['accuracy_best']:.3f} / {a['accuracy_after']:.3f}" for name, a in summary["objectives"].items()
+    ]
+    at_best = [name for name, a in summary["objectives"].items() if a["accuracy_best"] - a["accuracy_after"] < 5e-4]
+    steps = summary["settings"]["max_steps"]
+    return (
+        f"\nBest / final held-out accuracy (means over seeds of each run's best and last evaluation): "
+        f"{'; '.join(parts)}; {len(at_best)} of {len(parts)} objectives ended every seed at its best evaluation. "
+        f"Every run stops after a fixed {steps} steps with no saturation criterion, so the final accuracies compare "
+        f"what each objective reaches in {steps} steps, not the level it saturates at nor its resistance to "
+        f"collapse.\n"
+    )
+
+
+def comparison_sentences(summary: dict) -> str:
+    """Per paired comparison, its reading with the figures it rests on: the mean paired difference and its p-value
+    (significant or not at CLAIM_P), and both objectives' measured estimator noise ("" without comparisons)."""
+    lines = []
+    ref = summary["reference"]
+    for name, c in summary["comparisons"].items():
+        t = c["t_test"]
+        word = "ahead of" if t["mean"] > 0 else "behind"
+        significant = "significant" if t["p"] < CLAIM_P else "not significant"
+        line = (
+            f"{name} ends {word} {ref} by {abs(t['mean']):.3f} on average (paired t-test p = {t['p']:.3f}, {significant} "
+            f"at {CLAIM_P:g})"
+        )
+        mine, theirs = noise_of(summary, name), noise_of(summary, ref)
+        if mine is not None and theirs is not None:
+            line += (
+                f"; pure-noise log-ratio sd at the start {mine['log_ratio_sd']:.3f} against {theirs['log_ratio_sd']:.3f} "
+                f"for {ref}"
+            )
+        lines.append(line + ".")
+    return ("\n" + "\n".join(lines) + "\n") if lines else ""
+
+
 def headline(summary: dict) -> str:
-    """The README front page's summary of the default study: gains, the paired test and the grad norms ("" without
-    both stable_drl and the reference)."""
+    """The README front page's summary of the default study: gains, the paired test, the grad norms and the
+    estimator noise measured in the study's setting ("" without both stable_drl and the reference)."""
     objectives, comparisons = summary["objectives"], summary["comparisons"]
     if "stable_drl" not in objectives or REFERENCE not in objectives or "stable_drl" not in comparisons:
         return ""
@@ -509,9 +648,17 @@ def headline(summary: dict) -> str:
     t, sign = c["t_test"], c["sign_test"]
     seeds = sign["positive"] + sign["negative"] + sign["zero"]
     study = summary["settings"]["study"]
+    noise = noise_of(summary, "stable_drl")
+    noise_text = (
+        ""
+        if noise is None
+        else f"; pure-noise sequence log-ratio sd {noise['log_ratio_sd']:.3f} at the start, largest of "
+        f"{noise['pairs']} weights {noise['weight_max']:.3g}"
+    )
     return (
-        f"On a tiny LLaDA-architecture model fed the official noisy estimator inputs ({study['likelihood_estimator']}, "
-        f"{study['mc_samples']} MC samples, fresh masks, num_iterations {study['num_iterations']}), "
+        f"On a tiny LLaDA-architecture model fed the official estimator inputs ({study['likelihood_estimator']} in "
+        f"blocks of {study.get('estimator_block_size')} on the {study['max_completion_length']}-token canvas, "
+        f"{study['mc_samples']} MC samples, fresh masks, num_iterations {study['num_iterations']}{noise_text}), "
         f"{summary['settings']['max_steps']} steps, {seeds} seeds: held-out accuracy gain StableDRL "
         f"{sd['gain']:+.3f}, sequence-level GRPO {ref['gain']:+.3f} (from {ref['accuracy_before']:.3f}); paired "
         f"difference {t['mean']:+.3f} +- {t['std']:.3f}, t-test p = {t['p']:.3f}, {sign['positive']} of {seeds} "
@@ -536,29 +683,88 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
                 blocks[file_names(summary["settings"]["tag"])[2]] = render(summary)
                 if not summary["settings"]["tag"] and headline(summary):
                     blocks["headline"] = headline(summary)
-    coupled = os.path.join(docs_dir, file_names("coupled")[0])
-    if "headline" in blocks and os.path.isfile(coupled):  # the same study on a low-variance estimator, if run
-        blocks["headline"] += low_variance_sentence(results.read_json(coupled))
+    main, coupled = os.path.join(docs_dir, file_names("")[0]), os.path.join(docs_dir, file_names("coupled")[0])
+    if "headline" in blocks and os.path.isfile(coupled):  # the same study with the paired estimator, if run
+        blocks["headline"] += other_estimator_sentence(results.read_json(main), results.read_json(coupled))
     return blocks
 
 
-def low_variance_sentence(summary: dict) -> str:
-    """The headline's second sentence: the study's result with a low-variance estimator ("" if incomplete)."""
-    objectives, comparisons = summary["objectives"], summary["comparisons"]
-    if "stable_drl" not in objectives or REFERENCE not in objectives or "stable_drl" not in comparisons:
-        return ""
-    t = comparisons["stable_drl"]["t_test"]
-    if t["p"] >= CLAIM_P:
-        reading = "no significant difference"
-    elif t["mean"] > 0:
-        reading = "StableDRL stays ahead"
+def other_estimator_sentence(main: dict, other: dict) -> str:
+    """The headline's second sentence: the same study with another estimator, read against the estimator noise
+    measured in both studies' own settings ("" when either lacks stable_drl, grpo_seq or its noise record).
+
+    The reading names the comparison it rests on: whether the other estimator's pure-noise log-ratio sd is above or
+    below the main study's, and whether StableDRL's paired lead over GRPO grew or shrank."""
+    for summary in (main, other):
+        objectives, comparisons = summary["objectives"], summary["comparisons"]
+        if "stable_drl" not in objectives or REFERENCE not in objectives or "stable_drl" not in comparisons:
+            return ""
+        if noise_of(summary, "stable_drl") is None:
+            return ""
+    t_main, t_other = main["comparisons"]["stable_drl"]["t_test"], other["comparisons"]["stable_drl"]["t_test"]
+    sd_main, sd_other = noise_of(main, "stable_drl")["log_ratio_sd"], noise_of(other, "stable_drl")["log_ratio_sd"]
+    study_main, study_other = main["settings"]["study"], other["settings"]["study"]
+    noisier = sd_other > sd_main
+    if t_other["p"] >= CLAIM_P:
+        result = f"no significant paired difference (p = {t_other['p']:.3f} >= {CLAIM_P:g})"
+    elif t_other["mean"] > 0:
+        result = f"StableDRL ahead by {t_other['mean']:.3f} (p = {t_other['p']:.3f})"
     else:
-        reading = "GRPO is ahead once the ratios are less noisy: StableDRL's gain here is specific to noisy ratios"
+        result = f"GRPO ahead by {-t_other['mean']:.3f} (p = {t_other['p']:.3f})"
+    lead_grew = t_other["mean"] > t_main["mean"]
+    if noisier != lead_grew:  # noise up and lead down, or noise down and lead up
+        reading = (
+            f"StableDRL's paired lead moved from {t_main['mean']:+.3f} to {t_other['mean']:+.3f} while the noise "
+            f"went {'up' if noisier else 'down'}, so these two studies do not show that StableDRL's gain grows "
+            "with estimator noise"
+        )
+    else:
+        reading = (
+            f"StableDRL's paired lead moved from {t_main['mean']:+.3f} to {t_other['mean']:+.3f} as the noise went "
+            f"{'up' if noisier else 'down'}: in the direction of a noise-driven gain, but two estimators differ in "
+            "more than their noise, so this is not a dose-response"
+        )
     return (
-        f"With the low-variance {summary['settings']['study']['likelihood_estimator']} estimator (same quantity, "
-        f"less noise) the same study gives StableDRL {objectives['stable_drl']['gain']:+.3f} and GRPO "
-        f"{objectives[REFERENCE]['gain']:+.3f} (paired difference {t['mean']:+.3f}, p = {t['p']:.3f}): {reading}.\n"
+        f"With {study_other['likelihood_estimator']} (blocks of {study_other.get('estimator_block_size')}, "
+        f"{study_other['mc_samples']} MC samples), whose pure-noise log-ratio sd in this setting is {sd_other:.3f} "
+        f"against {sd_main:.3f} for {study_main['likelihood_estimator']} ({'noisier' if noisier else 'less noisy'}), "
+        f"the same study gives StableDRL {other['objectives']['stable_drl']['gain']:+.3f} and GRPO "
+        f"{other['objectives'][REFERENCE]['gain']:+.3f}: {result}. {reading}.\n"
     )
+
+
+def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, list[dict]]]:
+    """Every sentence of interpretation the stability blocks carry, with the summaries it is rendered from:
+    (sentence, [summary, ...]). `tests/scripts/test_interpretation.py` checks each against its JSON."""
+    summaries = {}
+    for entry in sorted(os.listdir(docs_dir)):
+        if entry.startswith("bench_stability") and entry.endswith("_summary.json"):
+            summary = results.read_json(os.path.join(docs_dir, entry))
+            if "provenance" in summary:
+                summaries[summary["settings"]["tag"]] = summary
+    out = []
+    for summary in summaries.values():
+        for text in (
+            verdict(summary),
+            ending_sentence(summary),
+            noise_sentence(summary),
+            comparison_sentences(summary),
+        ):
+            out += [(x, [summary]) for x in split_sentences(text)]
+    if "" in summaries:
+        main = summaries[""]
+        out += [(x, [main]) for x in split_sentences(headline(main).split(" Generated by ")[0])]
+        if "coupled" in summaries:
+            out += [(x, [main, summaries["coupled"]])
+                    for x in split_sentences(other_estimator_sentence(main, summaries["coupled"]))]  # fmt: skip
+    return out
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a rendered text (a period followed by a space or line end, not a decimal point)."""
+    import re
+
+    return [x.strip() for x in re.split(r"(?<=\.)\s+(?=[A-Za-z(])", text.strip()) if x.strip()]
 
 
 # --- command line -------------------------------------------------------------------------------------------------
@@ -594,6 +800,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-steps", type=int, default=SFT["max_steps"], help="SFT warm-up steps (configs/tiny.yaml)")
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--write-readme", action="store_true", help="rewrite README.md's stability<_tag> block")
+    p.add_argument(
+        "--measure-noise", action="store_true",
+        help="train nothing: measure each objective's estimator noise in the study's own setting at the SFT start "
+        "and add it to the summary JSON(s) in --output-dir (the one of --tag, or every study with --tag all)",
+    )  # fmt: skip
+    p.add_argument(
+        "--noise-pairs", type=int, default=None, help=f"pure-noise pairs per objective ({NOISE_PAIRS}; --quick 64)"
+    )
     p.add_argument(
         "--readme-only", action="store_true",
         help="run nothing: rewrite the stability blocks (README.md and docs/results.md) from the JSON files in --output-dir (default docs/)",
@@ -644,6 +858,9 @@ def parse_args(argv=None):
     args.eval_every = args.eval_every if args.eval_every is not None else max(1, args.max_steps // 4)
     args.eval_samples = args.eval_samples if args.eval_samples is not None else (64 if quick else 512)
     args.eval_draws = args.eval_draws if args.eval_draws is not None else (2 if quick else 4)
+    args.noise_pairs = args.noise_pairs if args.noise_pairs is not None else (64 if quick else NOISE_PAIRS)
+    if args.noise_pairs < 2:
+        raise SystemExit(f"--noise-pairs={args.noise_pairs} must be >= 2 (a standard deviation needs two pairs).")
     for name in ("max_steps", "eval_every", "eval_samples", "eval_draws", "num_threads", "sft_steps"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1.")
@@ -660,6 +877,8 @@ def main(argv=None) -> dict:
         blocks = readme_blocks(args.output_dir)
         results.rewrite_readme_only(blocks, args.output_dir, "bench_stability*_summary.json")
         return blocks
+    if args.measure_noise:
+        return add_noise_records(args, argv)
     if args.write_readme:
         results.check_readme_blocks([file_names(args.tag)[2]] + ([] if args.tag else ["headline"]))
     provenance = results.provenance(__file__, argv)  # the code as the runs start
@@ -713,6 +932,11 @@ def main(argv=None) -> dict:
         "runs": runs,
         "seconds": round(time.time() - start, 1),
     }
+    noise_prompts = load_task_dataset("digit_sort", "test", num_samples=64, seed=0)["prompt"]
+    summary["estimator_noise"] = {
+        "provenance": provenance,
+        **measure_noise(summary, model_path, train_dataset, noise_prompts, args.runs_dir, args.noise_pairs),
+    }
     json_name, figure_name, block = file_names(args.tag)
     results.write_json(os.path.join(args.output_dir, json_name), summary)
     plot(summary, os.path.join(args.output_dir, figure_name))
@@ -725,6 +949,41 @@ def main(argv=None) -> dict:
         results.write_readme_blocks(written)
         print(f"rewrote block {block}", flush=True)
     return summary
+
+
+def add_noise_records(args, argv) -> dict:
+    """--measure-noise: add `estimator_noise` (with its own provenance) to the study JSON(s) in --output-dir, each
+    measured in that study's recorded settings from the SFT warm-up it records. Returns {file name: record}."""
+    import torch
+
+    from stabledrl_trl.sft import prepare_sft_model
+    from stabledrl_trl.tasks import load_task_dataset
+
+    torch.set_num_threads(args.num_threads)
+    provenance = results.provenance(__file__, argv)
+    if args.tag == "all":
+        names = sorted(e for e in os.listdir(args.output_dir) if e.startswith("bench_stability") and
+                       e.endswith("_summary.json"))  # fmt: skip
+    else:
+        names = [file_names(args.tag)[0]]
+    train_dataset = load_task_dataset("digit_sort", "train", seed=0)
+    prompts = load_task_dataset("digit_sort", "test", num_samples=64, seed=0)["prompt"]
+    written = {}
+    for name in names:
+        path = os.path.join(args.output_dir, name)
+        if not os.path.isfile(path):
+            raise SystemExit(f"--measure-noise: {path} does not exist; run the study first (or give --tag).")
+        summary = results.read_json(path)
+        sft = dict(summary["settings"]["sft"])
+        model_path = prepare_sft_model(args.sft_cache_dir, task="digit_sort", progress=False, **sft)
+        summary["estimator_noise"] = {
+            "provenance": provenance,
+            **measure_noise(summary, model_path, train_dataset, prompts, args.runs_dir, args.noise_pairs),
+        }
+        results.write_json(path, summary)
+        written[name] = summary["estimator_noise"]
+        print(f"added estimator_noise to {path}", flush=True)
+    return written
 
 
 if __name__ == "__main__":

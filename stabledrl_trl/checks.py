@@ -45,6 +45,7 @@ def short_repr(value, limit: int = REPR_LIMIT) -> str:
 # float field -> (low, low_open, high, high_open, advice). None: unbounded on that side. Every other float field must
 # be finite; these must also be in range.
 FLOAT_RANGES: dict[str, tuple] = {
+    "test_log_ratio_noise_std": (0.0, False, None, False, "0.0 turns the test-only noise off"),
     # optimiser and schedule (TrainingArguments)
     "learning_rate": (0.0, False, None, False, "e.g. 1e-6 (the official StableDRL recipe uses 1e-6)"),
     "weight_decay": (0.0, False, None, False, "0.0 turns it off"),

@@ -318,6 +318,15 @@ class StableDRLConfig(GRPOConfig):
             "+-25), so this is refused unless set, e.g. for a stability study."
         },
     )
+    test_log_ratio_noise_std: float = field(
+        default=0.0,
+        metadata={
+            "help": "TEST-ONLY, for noise-dose studies (scripts/bench_noise_dose.py); never for a model you keep. "
+            "Adds noise of this standard deviation, N(0, std^2) drawn per completion and inner step (seeded from "
+            "`seed`), to every completion's log-ratio L_theta - L_old (for per-token objectives: to each of its "
+            "tokens' log-ratios, the same draw), on top of the estimator's own noise. 0.0 (default): off."
+        },
+    )
     stable_drl_ratio_form: str = field(
         default="mean",
         metadata={

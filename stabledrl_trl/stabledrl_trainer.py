@@ -33,6 +33,7 @@ from .diagnostics import _TRL_CLIP_METRICS, TrainerDiagnostics  # noqa: F401
 from .diffusion.family import as_diffusion_lm, detect_family, get_family
 from .diffusion.seeding import mix_seed, rollout_row_keys
 from .moe_metrics import expert_load_entropy
+from .noise_dose import add_log_ratio_noise, log_ratio_noise
 from .objectives import (
     OBJECTIVES,
     PolicyLossInputs,
@@ -763,6 +764,11 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
                 # Fresh masks per inner step, the same for every micro-batch and process of that step, so a row's
                 # masks do not depend on where the layout puts it.
                 self._scoring.mask_stream = (_STREAM_STEP, self.state.global_step, j)
+            if self.args.test_log_ratio_noise_std > 0 and self.model.training:  # test-only (noise_dose.py)
+                gen_step = int(inputs["mask_gen_step"][0]) if "mask_gen_step" in inputs else self.state.global_step
+                noise = log_ratio_noise(inputs["mask_row_key"], self.args.seed, gen_step, j,
+                                        self.args.test_log_ratio_noise_std)  # fmt: skip
+                inputs = add_log_ratio_noise(inputs, noise)
         if self.loss_type not in OBJECTIVES:
             loss = super()._compute_loss(model, inputs)
         else:

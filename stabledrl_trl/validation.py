@@ -236,7 +236,7 @@ SHARED_SAMPLER_FIELDS = (
 # special ids (the estimators' own option fields, e.g. sdmc_nodes, come from the estimators registry).
 DIFFUSION_ESTIMATOR_FIELDS = (
     "mask_token_id", "likelihood_estimator", "mc_samples", "p_mask_prompt", "estimator_chunk_size", "eos_tail",
-    "completion_end",
+    "completion_end", "test_log_ratio_noise_std",
 )  # fmt: skip
 
 

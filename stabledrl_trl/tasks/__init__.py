@@ -193,4 +193,5 @@ __all__ = [
     "last_boxed",
     "load_task_dataset",
 ]
-from . import digit_sort  # noqa: E402, F401  (registers the built-in generated task "digit_sort")
+# registers the built-in generated tasks "digit_sort" and "digit_sort_long" (32-64 scored tokens)
+from . import digit_sort, digit_sort_long  # noqa: E402, F401

@@ -196,3 +196,30 @@ def test_miniature_study_writes_summary_figure_and_readme_block(load_script, tmp
     assert c["differences"] == pytest.approx([r["accuracy_after"] - g[r["seed"]] for r in sd])
     block = bench.readme_blocks(str(out))["stability"]
     assert block == bench.render(on_disk) and "| stable_drl - grpo_seq |" in block and "sign test" in block
+    # the estimator noise of the study's own setting, measured with the trainer's scoring, and the distance moved
+    noise = on_disk["estimator_noise"]
+    assert noise["pairs"] == 64 and set(noise["objectives"]) == {"grpo_seq", "stable_drl"}
+    assert (
+        noise["objectives"]["stable_drl"]["estimator_block_size"]
+        == on_disk["settings"]["study"]["estimator_block_size"]
+    )
+    assert noise["objectives"]["stable_drl"]["log_ratio_sd"] > 0 and "Estimator noise in this setting" in block
+    for run in on_disk["runs"]:  # 4 steps from a 40-step warm-up may see only equal-reward groups: no move at all
+        d = run["param_distance"]
+        assert d["l2"] >= 0 and math.isfinite(d["l2"]) and (d["l2"] == 0) == (d["relative"] == 0)
+
+
+def test_parameter_distance_by_hand(load_script):
+    import torch
+
+    bench = load_script("bench_stability")
+    model = torch.nn.Linear(2, 1, bias=True)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[3.0, 0.0]]))
+        model.bias.copy_(torch.tensor([4.0]))
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}  # norm 5
+    with torch.no_grad():
+        model.weight.add_(torch.tensor([[1.0, 2.0]]))
+        model.bias.add_(torch.tensor([-2.0]))
+    d = bench.parameter_distance(model, start)
+    assert d["l2"] == pytest.approx(3.0) and d["relative"] == pytest.approx(3.0 / 5.0)

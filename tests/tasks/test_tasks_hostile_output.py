@@ -33,6 +33,7 @@ COLUMNS = {
     "countdown": {"numbers": [1, 2, 3], "target": 6},
     "sudoku": {"puzzle": "0234301221034320", "solution": "1234341221434321"},
     "digit_sort": {"answer": "1134", "digits": "4131"},
+    "digit_sort_long": {"answer": "0" * 15 + "1" * 16, "digits": "01" * 15 + "1"},
 }
 REWARDS = [
     (name, func)

@@ -1,0 +1,381 @@
+"""Noise-dose study: the objectives under estimator noise varied at known levels, trained until the best curve is
+flat, with collapse defined, on the embedded digit-sorting task.
+
+    python scripts/bench_noise_dose.py                                   # the full grid (many CPU hours; see below)
+    python scripts/bench_noise_dose.py --pilot --output-dir outputs/noise_dose_pilot   # a labelled short pilot
+    python scripts/bench_noise_dose.py --readme-only                     # re-render docs/noise_dose.md
+
+The dose. One estimator (the stability study's: block_random in blocks of 2, fresh masks where the objective allows
+them) and two knobs: the Monte-Carlo samples K (`--mc-samples`, default 8 2 1: less to more estimator noise) and a
+test-only noise of known standard deviation added to every log-ratio (`StableDRLConfig.test_log_ratio_noise_std`,
+`--added-noise`, default 0 0.5 1 2; `stabledrl_trl.noise_dose`). Each cell is (K, added noise, learning rate); the
+pure-noise log-ratio sd of every cell is measured at the start with the trainer's own scoring (`noise_sd` in the
+JSON: the estimator's noise and the added noise together), so the dose is a number, not a label.
+
+Objectives (`OBJECTIVES`): sequence-level GRPO (`grpo_seq`, the reference of the paired tests), StableDRL
+(`stable_drl`), StableDRL without clipping (`stable_drl_no_clip`), DGPO (`dgpo`) and d1's diffu-GRPO (`diffu_grpo`;
+its estimator is its own, so K does not change it, the added noise does). Learning rates: `--learning-rates`
+(default 5e-5 1.5e-4). Seeds: `--seeds` (default 0-4).
+
+Per run (`run_record`): the held-out accuracy curve (mean of `--eval-draws` sampled draws every `--eval-every` steps),
+best, final and area under the curve (trapezoid over the evaluation steps, divided by the steps: the mean accuracy
+over training), the distance the weights moved from the start (`param_distance`: L2 norm of the change, and relative
+to the start's norm) so a faster learner is not mistaken for a more stable one, and whether it collapsed.
+
+Collapse (`collapsed`): held-out accuracy below the start's minus `--collapse-margin` (default 0.02) for
+`--collapse-evals` (default 3) evaluations in a row, or a non-finite grad norm. Saturation (`flat`): the best
+objective's (highest mean AUC) mean curve (over seeds) rose by less than `--flat-delta` (default 0.01) over its last `--flat-evals`
+(default 4) evaluations; a cell whose best curve is not flat is reported as "still rising", and its final accuracy
+ranks learning speed, not stability.
+
+Per cell (`cell_summary`): per objective the mean over seeds of best, final and AUC with 95% intervals, the number of
+collapsed runs, the mean distance moved, and the paired t-test of final and AUC against grpo_seq (same seeds).
+`breaking_point` names, for each learning rate, the smallest measured noise sd at which grpo_seq collapses in a
+majority of seeds while stable_drl does not, or says that none was found in the grid.
+
+Cost: a 300-step run takes about 2 minutes on a free CPU core; the full grid (3 K x 4 noises x 2 learning rates x
+5 objectives x 5 seeds = 600 runs of `--max-steps`, default 1500) is days of one core. Run it on a machine with
+cores to spare (`--cells` picks a subset, e.g. `--cells 2:1.0:5e-5`). `--pilot` runs a labelled pilot (1 seed, 2
+objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from types import SimpleNamespace
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from stabledrl_trl import results  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JSON_NAME = "bench_noise_dose.json"
+PAGE = os.path.join(HERE, "..", "docs", "noise_dose.md")
+BLOCK = "noise_dose"
+OBJECTIVES = ("grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo")
+REFERENCE = "grpo_seq"
+DEFAULTS = dict(mc_samples=[8, 2, 1], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5, 1.5e-4],
+                seeds=[0, 1, 2, 3, 4], max_steps=1500, eval_every=50, eval_samples=512, eval_draws=4)  # fmt: skip
+PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seeds=[0], max_steps=60, eval_every=20,
+             eval_samples=128, eval_draws=2, objectives=["grpo_seq", "stable_drl"])  # fmt: skip
+
+
+def load_study():
+    """scripts/bench_stability.py as a module: its settings, trainer, evaluation and statistics are reused."""
+    spec = importlib.util.spec_from_file_location("bench_stability", os.path.join(HERE, "bench_stability.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the definitions: pure functions of the curves ----------------------------------------------------------------
+
+
+def area_under_curve(accuracies: dict) -> float:
+    """Mean accuracy over training: trapezoid of {step: accuracy} over the steps, divided by the step span."""
+    steps = sorted(int(k) for k in accuracies)
+    if len(steps) < 2:
+        raise ValueError("area_under_curve needs at least two evaluations (before and after training).")
+    values = [accuracies[str(s)] if str(s) in accuracies else accuracies[s] for s in steps]
+    area = sum((b - a) * (u + v) / 2 for a, b, u, v in zip(steps, steps[1:], values, values[1:]))
+    return area / (steps[-1] - steps[0])
+
+
+def collapsed(accuracies: dict, grad_norms: list[float], margin: float, evals: int) -> bool:
+    """Collapse: accuracy below (start - margin) for `evals` evaluations in a row, or a non-finite grad norm."""
+    import math
+
+    if any(not math.isfinite(g) for g in grad_norms):
+        return True
+    steps = sorted(int(k) for k in accuracies)
+    values = [accuracies[str(s)] if str(s) in accuracies else accuracies[s] for s in steps]
+    run = 0
+    for v in values[1:]:
+        run = run + 1 if v < values[0] - margin else 0
+        if run >= evals:
+            return True
+    return False
+
+
+def is_flat(curve: list[float], delta: float, evals: int) -> bool | None:
+    """Saturation of a mean accuracy curve: it rose by less than `delta` over its last `evals` evaluations
+    (max of the last `evals` values minus the value before them); None when the curve is too short to tell."""
+    if len(curve) < evals + 1:
+        return None
+    return max(curve[-evals:]) - curve[-evals - 1] < delta
+
+
+FLAT_LABELS = {True: "flat", False: "still rising", None: "too few evaluations to tell"}
+
+
+def flat_state(records: list[dict], name: str, flat: dict) -> bool | None:
+    """`is_flat` of objective `name`'s mean curve over its seeds (records of `run_record`)."""
+    runs = [r for r in records if r["objective"] == name]
+    steps = sorted(int(k) for k in runs[0]["accuracies"])
+    curve = [sum(r["accuracies"][str(s)] for r in runs) / len(runs) for s in steps]
+    return is_flat(curve, flat["delta"], flat["evals"])
+
+
+def run_record(run: dict, margin: float, evals: int) -> dict:
+    """Best, final, AUC, collapse and distance moved of one run summary (`bench_stability.train_one`)."""
+    acc = run["accuracies"]
+    return {
+        "objective": run["objective"],
+        "seed": run["seed"],
+        "best": run["accuracy_best"],
+        "final": run["accuracy_after"],
+        "start": run["accuracy_before"],
+        "auc": area_under_curve(acc),
+        "collapsed": collapsed(acc, run["grad_norm"], margin, evals),
+        "param_distance": run.get("param_distance"),
+        "accuracies": acc,
+    }
+
+
+def cell_summary(records: list[dict], flat_delta: float, flat_evals: int) -> dict:
+    """Per objective: means over seeds with 95% intervals, collapsed runs, distance moved, paired tests of final
+    and AUC against REFERENCE; and whether the best objective's mean curve is flat."""
+    out, curves = {}, {}
+    names = list(dict.fromkeys(r["objective"] for r in records))
+    for name in names:
+        runs = [r for r in records if r["objective"] == name]
+        entry = {"seeds": len(runs), "collapsed": sum(r["collapsed"] for r in runs)}
+        for key in ("best", "final", "auc"):
+            values = [r[key] for r in runs]
+            entry[key] = sum(values) / len(values)
+            entry[f"{key}_ci95"] = results.mean_interval(values)
+        distances = [r["param_distance"]["l2"] for r in runs if r.get("param_distance")]
+        entry["param_distance"] = sum(distances) / len(distances) if distances else None
+        if name != REFERENCE:
+            ref = {r["seed"]: r for r in records if r["objective"] == REFERENCE}
+            for key in ("final", "auc"):
+                diffs = [r[key] - ref[r["seed"]][key] for r in runs if r["seed"] in ref]
+                entry[f"{key}_vs_{REFERENCE}"] = results.paired_t_test(diffs) if len(diffs) >= 2 else None
+        steps = sorted(int(k) for k in runs[0]["accuracies"])
+        curves[name] = [sum(r["accuracies"][str(s)] for r in runs) / len(runs) for s in steps]
+        out[name] = entry
+    best = best_objective(out)
+    return {"objectives": out, "best_objective": best, "flat": is_flat(curves[best], flat_delta, flat_evals)}
+
+
+def best_objective(objectives: dict) -> str:
+    """The objective with the highest mean area under the accuracy curve (the one whose saturation ends a study)."""
+    return max(objectives, key=lambda n: objectives[n]["auc"])
+
+
+def breaking_point(cells: list[dict]) -> dict:
+    """Per learning rate, the smallest measured noise sd at which REFERENCE collapses in a majority of its seeds
+    while stable_drl collapses in none; None when the grid has no such cell."""
+    out = {}
+    for lr in sorted({c["learning_rate"] for c in cells}):
+        found = None
+        for c in sorted((c for c in cells if c["learning_rate"] == lr), key=lambda c: c["noise_sd"]):
+            o = c["summary"]["objectives"]
+            if REFERENCE in o and "stable_drl" in o:
+                if o[REFERENCE]["collapsed"] * 2 > o[REFERENCE]["seeds"] and o["stable_drl"]["collapsed"] == 0:
+                    found = c["noise_sd"]
+                    break
+        out[f"{lr:g}"] = found
+    return out
+
+
+# --- running ------------------------------------------------------------------------------------------------------
+
+
+def run(args, argv) -> dict:
+    import torch
+
+    from stabledrl_trl.sft import prepare_sft_model
+    from stabledrl_trl.tasks import load_task_dataset
+
+    bench = load_study()
+    torch.set_num_threads(args.num_threads)
+    provenance = results.provenance(__file__, argv)
+    start = time.time()
+    model_path = prepare_sft_model(args.sft_cache_dir, task="digit_sort", seed=0, progress=False, **bench.SFT)
+    train_dataset = load_task_dataset("digit_sort", "train", seed=0)
+    test_dataset = load_task_dataset("digit_sort", "test", num_samples=args.eval_samples, seed=0)
+    noise_prompts = load_task_dataset("digit_sort", "test", num_samples=64, seed=0)["prompt"]
+    table = {**bench.OBJECTIVES, **bench.EXTRA_OBJECTIVES}
+    cells, before = [], None
+    for k, added, lr in args.cells:
+        overrides = {"test_log_ratio_noise_std": added}
+        study = {**bench.STUDY, "mc_samples": k, "learning_rate": lr, **overrides}
+        cell_args = SimpleNamespace(
+            runs_dir=os.path.join(args.runs_dir, f"k{k}-noise{added:g}-lr{lr:g}"), max_steps=args.max_steps,
+            eval_every=args.eval_every, eval_draws=args.eval_draws, regime={"mc_samples": k, "learning_rate": lr},
+            overrides=overrides,
+        )  # fmt: skip
+        noise = bench.measure_noise(
+            {"settings": {"study": study, "objectives": {n: table[n] for n in args.objectives}}},
+            model_path, train_dataset, noise_prompts, cell_args.runs_dir, args.noise_pairs,
+        )  # fmt: skip
+        records = []
+        for name in args.objectives:
+            for seed in args.seeds:
+                r, before = bench.train_one(name, table[name], seed, model_path, cell_args, train_dataset,
+                                            test_dataset, before)  # fmt: skip
+                records.append(run_record(r, args.collapse_margin, args.collapse_evals))
+                print(f"K={k} noise={added:g} lr={lr:g} {name} seed {seed}: final {r['accuracy_after']:.3f} best "
+                      f"{r['accuracy_best']:.3f} ({r['seconds']} s)", flush=True)  # fmt: skip
+        reference_noise = noise["objectives"].get(REFERENCE) or next(iter(noise["objectives"].values()))
+        cells.append({
+            "mc_samples": k, "added_noise_std": added, "learning_rate": lr,
+            "noise_sd": reference_noise["log_ratio_sd"], "noise": noise, "runs": records,
+            "summary": cell_summary(records, args.flat_delta, args.flat_evals),
+        })  # fmt: skip
+    return {
+        "provenance": provenance,
+        "pilot": args.pilot,
+        "settings": {
+            "study": bench.STUDY,
+            "objectives": args.objectives,
+            "seeds": args.seeds,
+            "max_steps": args.max_steps,
+            "eval_every": args.eval_every,
+            "eval_samples": args.eval_samples,
+            "eval_draws": args.eval_draws,
+            "collapse": {"margin": args.collapse_margin, "evals": args.collapse_evals},
+            "flat": {"delta": args.flat_delta, "evals": args.flat_evals, "objective": "highest mean AUC"},
+            "noise_pairs": args.noise_pairs,
+        },  # fmt: skip
+        "cells": cells,
+        "breaking_point": breaking_point(cells),
+        "seconds": round(time.time() - start, 1),
+    }
+
+
+# --- rendering: from the JSON alone --------------------------------------------------------------------------------
+
+
+def render(data: dict) -> str:
+    s = data["settings"]
+    label = "PILOT (checks the pipeline; supports no conclusion). " if data["pilot"] else ""
+    text = (
+        f"{label}{s['max_steps']} steps, seeds {', '.join(str(x) for x in s['seeds'])}, held-out accuracy on "
+        f"{s['eval_samples']} prompts (mean of {s['eval_draws']} draws) every {s['eval_every']} steps; collapse = "
+        f"accuracy below the start - {s['collapse']['margin']:g} for {s['collapse']['evals']} evaluations in a row "
+        f"or a non-finite grad norm. Noise sd: the pure-noise log-ratio sd of grpo_seq's setting at the start.\n\n"
+    )
+    header = ["K", "added noise", "lr", "noise sd", "objective", "best", "final [95% CI]", "AUC", "collapsed",
+              "distance moved (L2)", "final - grpo_seq (p)", "best curve flat"]  # fmt: skip
+    rows = []
+    for c in data["cells"]:
+        summary = c["summary"]
+        for name, o in summary["objectives"].items():
+            ci = o["final_ci95"]
+            test = o.get(f"final_vs_{REFERENCE}")
+            rows.append([
+                c["mc_samples"], f"{c['added_noise_std']:g}", f"{c['learning_rate']:g}", f"{c['noise_sd']:.3f}", name,
+                f"{o['best']:.3f}", f"{o['final']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""),
+                f"{o['auc']:.3f}", f"{o['collapsed']} of {o['seeds']}",
+                "-" if o["param_distance"] is None else f"{o['param_distance']:.3g}",
+                "-" if not test else f"{test['mean']:+.3f} (p = {test['p']:.3f})",
+                FLAT_LABELS[flat_state(c["runs"], name, s["flat"])] if name == best_objective(summary["objectives"]) else "",
+            ])  # fmt: skip
+    text += results.markdown_table(header, rows)
+    lines = []
+    for lr, sd in data["breaking_point"].items():
+        if sd is None:
+            lines.append(f"lr {lr}: no cell where grpo_seq collapses in most seeds and stable_drl in none.")
+            continue
+        cell = next(c for c in data["cells"] if f"{c['learning_rate']:g}" == lr and c["noise_sd"] == sd)
+        o = cell["summary"]["objectives"]
+        lines.append(
+            f"lr {lr}: smallest measured noise sd at which grpo_seq collapses in most seeds and stable_drl in none: "
+            f"{sd:.3f} (grpo_seq {o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} seeds, stable_drl "
+            f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']})."
+        )
+    text += "\n" + " ".join(lines) + "\n"
+    text += f"\nWall time {data['seconds'] / 60:.1f} min. " + results.provenance_line(data)
+    return text
+
+
+def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
+    """{"noise_dose": the docs block rendered from docs_dir/bench_noise_dose.json} ({} without it)."""
+    path = os.path.join(docs_dir, JSON_NAME)
+    return {BLOCK: render(results.read_json(path))} if os.path.isfile(path) else {}
+
+
+# --- command line -------------------------------------------------------------------------------------------------
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output-dir", default=None, help="JSON folder (default docs/)")
+    p.add_argument("--page", default=PAGE, help="docs page holding the noise_dose markers")
+    p.add_argument("--runs-dir", default="outputs/bench_noise_dose/runs")
+    p.add_argument("--pilot", action="store_true", help="a labelled pilot: " + str(PILOT))
+    p.add_argument("--objectives", nargs="+", default=None, choices=OBJECTIVES)
+    p.add_argument("--mc-samples", nargs="+", type=int, default=None)
+    p.add_argument("--added-noise", nargs="+", type=float, default=None, help="test-only log-ratio noise std")
+    p.add_argument("--learning-rates", nargs="+", type=float, default=None)
+    p.add_argument("--cells", nargs="+", default=None, metavar="K:NOISE:LR", help="run only these cells")
+    p.add_argument("--seeds", nargs="+", type=int, default=None)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--eval-samples", type=int, default=None)
+    p.add_argument("--eval-draws", type=int, default=None)
+    p.add_argument("--collapse-margin", type=float, default=0.02)
+    p.add_argument("--collapse-evals", type=int, default=3)
+    p.add_argument("--flat-delta", type=float, default=0.01)
+    p.add_argument("--flat-evals", type=int, default=4)
+    p.add_argument("--noise-pairs", type=int, default=512)
+    p.add_argument("--sft-cache-dir", default=".cache/stabledrl_tiny")
+    p.add_argument("--num-threads", type=int, default=1)
+    p.add_argument("--readme-only", action="store_true", help="run nothing: re-render the docs page from the JSON")
+    return p
+
+
+def parse_args(argv=None):
+    args = make_parser().parse_args(argv)
+    base = {**DEFAULTS, "objectives": list(OBJECTIVES), **(PILOT if args.pilot else {})}
+    for key, value in base.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.cells:
+        cells = []
+        for item in args.cells:
+            parts = item.split(":")
+            if len(parts) != 3:
+                raise SystemExit(f"--cells {item!r}: give K:NOISE:LR, e.g. 2:1.0:5e-5")
+            try:
+                cells.append((int(parts[0]), float(parts[1]), float(parts[2])))
+            except ValueError:
+                raise SystemExit(f"--cells {item!r}: K an integer, NOISE and LR numbers, e.g. 2:1.0:5e-5") from None
+        args.cells = cells
+    else:
+        args.cells = [(k, a, lr) for lr in args.learning_rates for k in args.mc_samples for a in args.added_noise]
+    for k, added, lr in args.cells:
+        if k < 1 or added < 0 or lr <= 0:
+            raise SystemExit(f"cell K={k}, noise={added}, lr={lr}: K >= 1, noise >= 0 and lr > 0 are required.")
+    if REFERENCE not in args.objectives:
+        raise SystemExit(f"--objectives must include {REFERENCE} (the paired tests are against it).")
+    if args.collapse_evals < 1 or args.flat_evals < 1 or args.max_steps < args.eval_every or args.noise_pairs < 2:
+        raise SystemExit("--collapse-evals and --flat-evals >= 1, --max-steps >= --eval-every, --noise-pairs >= 2.")
+    if args.output_dir is None:
+        args.output_dir = results.DOCS
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if args.readme_only:
+        blocks = readme_blocks(args.output_dir)
+        results.rewrite_readme_only(blocks, args.output_dir, JSON_NAME, readme=args.page)
+        return blocks
+    data = run(args, argv)
+    results.write_json(os.path.join(args.output_dir, JSON_NAME), data)
+    print(render(data))
+    if os.path.isfile(args.page):
+        results.write_readme_blocks({BLOCK: render(data)}, readme=args.page)
+    return data
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""scripts/bench_length_noise.py, scripts/bench_noise_dose.py and the digit_sort_long task: definitions by hand."""
+
+import math
+
+import pytest
+import torch
+
+from stabledrl_trl import claims
+
+
+def test_digit_sort_long_answers_are_32_to_64_scored_tokens_and_the_splits_share_no_answer():
+    from stabledrl_trl.tasks import get_task, load_task_dataset
+    from stabledrl_trl.tasks.digit_sort_long import MAX_DIGITS, MIN_DIGITS, split_digit_strings
+    from stabledrl_trl.tiny import build_tiny_tokenizer
+
+    train, test = split_digit_strings("train", 3000), split_digit_strings("test", 300)
+    assert {len(s) for s in train} <= set(range(MIN_DIGITS, MAX_DIGITS + 1)) and len(set(map(len, train))) > 20
+    assert not {"".join(sorted(s)) for s in train} & {"".join(sorted(s)) for s in test}
+    assert split_digit_strings("test", 300) == test  # generated, not random per call
+    rows = load_task_dataset("digit_sort_long", "test", num_samples=5, seed=1)
+    tok = build_tiny_tokenizer()
+    for row in rows:
+        ids = tok(row["answer"], add_special_tokens=False)["input_ids"]
+        assert len(ids) + 1 in range(32, 65)  # the answer and the EOS: the scored tokens
+        assert row["answer"] == "".join(sorted(row["digits"]))
+    task = get_task("digit_sort_long")
+    rewards = task.correctness_reward(
+        [None, None], [rows[0]["answer"], rows[0]["digits"]], answer=[rows[0]["answer"]] * 2
+    )  # fmt: skip
+    assert rewards == [1.0, 1.0 if rows[0]["digits"] == rows[0]["answer"] else 0.0]
+    with pytest.raises(ValueError, match="reads no files"):
+        load_task_dataset("digit_sort_long", "train", path="x")
+
+
+def test_length_forms_by_hand(load_script):
+    bench = load_script("bench_length_noise")
+    log_r = torch.tensor([0.1, -0.2, 0.3, 0.0], dtype=torch.float64)
+    n = torch.tensor([10.0, 20.0, 5.0, 40.0], dtype=torch.float64)
+    f = bench.forms(log_r, n)
+    assert f["mean_form"]["weight_max"] == pytest.approx(math.exp(0.3))
+    assert f["sum_form"]["weight_max"] == pytest.approx(math.exp(1.5))  # 0.3 x 5 tokens
+    assert f["sum_form"]["log_ratio_sd"] == pytest.approx((log_r * n).std().item())
+    assert f["sum_form"]["frac_above_clip_c"] == 0.0 and f["pairs"] == 4
+    # the study's exact layout on the short canvas, the official block count (8) on the long one, one block
+    assert bench.block_size(8, 8, short=True) == 2 and bench.block_size(64, 8, short=False) == 8
+    assert bench.block_size(64, 1, short=False) == 64 and bench.block_size(64, None, short=False) is None
+    with pytest.raises(SystemExit, match="31-63"):
+        bench.parse_args(["--digits", "8"])
+
+
+def _row(setting, digits, tokens, sd, w, sd_sum, w_sum):
+    stats = dict(log_ratio_mean=0.0, log_ratio_abs_max=1.0, frac_above_clip_c=0.0)
+    return {
+        "task": "digit_sort_long", "digits": digits, "canvas": 64, "setting": setting,
+        "likelihood_estimator": "block_random", "mc_samples": 2, "estimator_block_size": 8, "pairs": 512,
+        "scored_tokens_mean": tokens, "scored_tokens_min": digits + 1, "scored_tokens_max": digits + 1,
+        "mean_form": {**stats, "log_ratio_sd": sd, "weight_max": w},
+        "sum_form": {**stats, "log_ratio_sd": sd_sum, "weight_max": w_sum},
+    }  # fmt: skip
+
+
+def test_length_reading_is_backed_by_the_json(load_script):
+    bench = load_script("bench_length_noise")
+    data = {
+        "provenance": {"commit": "abc", "dirty": False, "command": "python scripts/bench_length_noise.py",
+                       "versions": {"python": "3", "torch": "t", "transformers": "x", "trl": "y"}},
+        "settings": {"pairs": 512, "clip_c": 5.0, "estimators": {"block_random_8_blocks": {}}},
+        "rows": [_row("block_random_8_blocks", 31, 32.0, 0.111, 1.5, 3.552, 40.0),
+                 _row("block_random_8_blocks", 63, 64.0, 0.0917, 1.4, 5.8688, 300.0)],
+        "seconds": 60.0,
+    }  # fmt: skip
+    text = bench.reading(data)
+    assert "0.111 -> 0.092" in text and "3.552 -> 5.869" in text and "32.0 to 64.0" in text
+    for sentence in text.splitlines():
+        assert claims.check_sentence(sentence, [data]) == []
+    assert "| digit_sort_long, 63 |" in bench.render(data)
+
+
+def test_noise_dose_definitions_by_hand(load_script):
+    bench = load_script("bench_noise_dose")
+    acc = {"0": 0.30, "10": 0.40, "20": 0.50, "40": 0.50}
+    assert bench.area_under_curve(acc) == pytest.approx((10 * 0.35 + 10 * 0.45 + 20 * 0.50) / 40)
+    falling = {"0": 0.30, "10": 0.27, "20": 0.25, "30": 0.20, "40": 0.31}
+    assert bench.collapsed(falling, [1.0], margin=0.02, evals=3)  # 0.27, 0.25, 0.20 all below 0.28
+    assert not bench.collapsed(falling, [1.0], margin=0.02, evals=4)
+    assert not bench.collapsed({"0": 0.3, "10": 0.29, "20": 0.27, "30": 0.29}, [1.0], 0.02, 2)  # not in a row
+    assert bench.collapsed(acc, [1.0, float("nan")], 0.02, 3)  # a non-finite grad norm
+    assert bench.is_flat([0.1, 0.3, 0.305, 0.30, 0.31], delta=0.02, evals=3)
+    assert not bench.is_flat([0.1, 0.2, 0.25, 0.30, 0.35], delta=0.02, evals=3)
+    assert bench.is_flat([0.3, 0.3], delta=0.02, evals=3) is None  # too short to tell
+
+
+def test_noise_dose_cell_summary_and_breaking_point(load_script):
+    bench = load_script("bench_noise_dose")
+
+    def rec(name, seed, final, auc, collapsed):
+        return {"objective": name, "seed": seed, "best": final + 0.01, "final": final, "auc": auc, "start": 0.3,
+                "collapsed": collapsed, "param_distance": {"l2": 2.0}, "accuracies": {"0": 0.3, "10": final}}  # fmt: skip
+
+    records = [rec("grpo_seq", s, f, 0.2, c) for s, f, c in [(0, 0.1, True), (1, 0.2, True), (2, 0.3, False)]]
+    records += [rec("stable_drl", s, f, 0.4, False) for s, f in [(0, 0.4), (1, 0.5), (2, 0.5)]]
+    summary = bench.cell_summary(records, flat_delta=0.01, flat_evals=1)
+    sd = summary["objectives"]["stable_drl"]
+    assert summary["objectives"]["grpo_seq"]["collapsed"] == 2 and sd["collapsed"] == 0
+    assert sd["final"] == pytest.approx(1.4 / 3) and sd["final_vs_grpo_seq"]["mean"] == pytest.approx(0.8 / 3)
+    assert sd["auc_vs_grpo_seq"]["mean"] == pytest.approx(0.2) and sd["param_distance"] == 2.0
+    assert summary["best_objective"] == "stable_drl" and summary["flat"] is False  # rose from 0.3 to 0.467
+    assert bench.flat_state(records, "stable_drl", {"delta": 0.01, "evals": 1}) is False
+    assert bench.flat_state(records, "stable_drl", {"delta": 0.01, "evals": 2}) is None
+    cells = [
+        {"learning_rate": 5e-5, "noise_sd": 0.3, "summary": {"objectives": {
+            "grpo_seq": {"collapsed": 0, "seeds": 3}, "stable_drl": {"collapsed": 0, "seeds": 3}}}},
+        {"learning_rate": 5e-5, "noise_sd": 1.1, "summary": summary},
+        {"learning_rate": 1.5e-4, "noise_sd": 1.1, "summary": {"objectives": {
+            "grpo_seq": {"collapsed": 1, "seeds": 3}, "stable_drl": {"collapsed": 0, "seeds": 3}}}},
+    ]  # fmt: skip
+    assert bench.breaking_point(cells) == {"5e-05": 1.1, "0.00015": None}
+
+
+def test_noise_dose_arguments(load_script):
+    bench = load_script("bench_noise_dose")
+    args = bench.parse_args(["--cells", "2:1.0:5e-5", "1:0:1e-4"])
+    assert args.cells == [(2, 1.0, 5e-5), (1, 0.0, 1e-4)] and args.objectives == list(bench.OBJECTIVES)
+    full = bench.parse_args([])
+    assert len(full.cells) == 3 * 4 * 2 and full.seeds == [0, 1, 2, 3, 4] and full.max_steps == 1500
+    pilot = bench.parse_args(["--pilot"])
+    assert pilot.objectives == ["grpo_seq", "stable_drl"] and len(pilot.cells) == 2 and pilot.max_steps == 60
+    with pytest.raises(SystemExit, match="K:NOISE:LR"):
+        bench.parse_args(["--cells", "2:1.0"])
+    with pytest.raises(SystemExit, match="include grpo_seq"):
+        bench.parse_args(["--objectives", "stable_drl"])
+
+
+@pytest.mark.parametrize("script", ["bench_length_noise", "bench_noise_dose"])
+def test_docs_pages_equal_the_rendering_of_their_committed_json(load_script, script):
+    from pathlib import Path
+
+    from stabledrl_trl import results
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    bench = load_script(script)
+    page = results.marked_blocks((docs / Path(bench.PAGE).name).read_text())
+    rendered = bench.readme_blocks(str(docs))
+    assert bench.BLOCK in page
+    if not rendered:  # no committed JSON: the block is empty, it shows no numbers
+        assert page[bench.BLOCK] == ""
+        return
+    assert page[bench.BLOCK] == rendered[bench.BLOCK], f"run python scripts/{script}.py --readme-only"
+    if script == "bench_length_noise":  # its reading rests on the JSON's numbers
+        data = results.read_json(str(docs / bench.JSON_NAME))
+        for sentence in bench.reading(data).splitlines():
+            assert claims.check_sentence(sentence, [data]) == []
+
+
+def test_gold_batch_holds_the_answer_and_its_eos(load_script):
+    from stabledrl_trl.tiny import build_tiny_tokenizer
+
+    bench = load_script("bench_length_noise")
+    tok = build_tiny_tokenizer()
+    examples = bench.make_examples("digit_sort_long", 31, 3, seed=0)
+    assert all(len(e["digits"]) == 31 and e["answer"] == "".join(sorted(e["digits"])) for e in examples)
+    pid, pm, cid, cm = bench.gold_batch(tok, examples, 64)
+    assert cid.shape == cm.shape == (3, 64) and (cm.sum(-1) == 32).all()  # 31 digits and the EOS
+    for row, e in enumerate(examples):
+        assert tok.decode(cid[row, :31].tolist()) == e["answer"] and cid[row, 31] == tok.eos_token_id
+        assert (cid[row, 32:] == tok.pad_token_id).all() and pm[row].sum() > 0
+    with pytest.raises(ValueError, match="does not fit"):
+        bench.gold_batch(tok, examples, 16)
+
+
+@pytest.mark.slow
+def test_length_noise_quick_run_end_to_end(load_script, tmp_path):
+    bench = load_script("bench_length_noise")
+    data = bench.main(["--quick", "--output-dir", str(tmp_path / "out"), "--sft-cache-dir", str(tmp_path / "sft"),
+                       "--runs-dir", str(tmp_path / "runs"), "--pairs", "8"])  # fmt: skip
+    rows = data["rows"]
+    assert len(rows) == (2 + 2) * len(bench.SETTINGS)  # digit_sort rollouts and gold, two long lengths
+    for r in rows:
+        if r["task"] == "digit_sort_long":
+            assert r["scored_tokens_min"] == r["scored_tokens_max"] == r["digits"] + 1
+        if r["scored_tokens_min"] == r["scored_tokens_max"]:  # one length: the sum form is exactly n x the mean form
+            n = r["scored_tokens_min"]
+            assert r["sum_form"]["log_ratio_sd"] == pytest.approx(n * r["mean_form"]["log_ratio_sd"])
+    assert (tmp_path / "out" / bench.JSON_NAME).is_file()
