@@ -38,7 +38,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from stabledrl_trl import results  # noqa: E402
 
 JSON_NAME = "bench_length_noise.json"
-PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "length_noise.md")
 BLOCK = "length_noise"
 # (name, fields): estimator_block_size None means "the official block count": canvas / 8 positions per block
 SETTINGS = {
@@ -294,9 +293,17 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--output-dir", default=None, help="JSON folder (default docs/; --quick: outputs/bench_length_noise)"
+        "--output-dir",
+        "--docs-dir",
+        dest="output_dir",
+        default=None,
+        help="JSON folder (default docs/; --quick: outputs/bench_length_noise)",
     )
-    p.add_argument("--page", default=PAGE, help="docs page holding the length_noise markers")
+    p.add_argument(
+        "--page",
+        default=None,
+        help="page to write (default: the README.md or docs/*.md page holding the length_noise markers)",
+    )
     p.add_argument("--runs-dir", default="outputs/bench_length_noise/runs", help="trainer output folders")
     p.add_argument("--digits", nargs="+", type=int, default=None, help=f"digit_sort_long lengths ({DEFAULT_DIGITS})")
     p.add_argument("--pairs", type=int, default=None, help="pure-noise pairs per row (default 512)")
@@ -342,7 +349,7 @@ def main(argv=None) -> dict:
     print(render(data))
     if not args.quick:
         results.write_readme_blocks({BLOCK: render(data)}, readme=args.page)
-        print(f"wrote {args.output_dir}/{JSON_NAME} and {args.page}", flush=True)
+        print(f"wrote {args.output_dir}/{JSON_NAME} and the {BLOCK} block", flush=True)
     return data
 
 

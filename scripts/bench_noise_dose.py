@@ -54,7 +54,6 @@ from stabledrl_trl import results  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JSON_NAME = "bench_noise_dose.json"
-PAGE = os.path.join(HERE, "..", "docs", "noise_dose.md")
 BLOCK = "noise_dose"
 OBJECTIVES = ("grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo")
 REFERENCE = "grpo_seq"
@@ -307,8 +306,12 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output-dir", default=None, help="JSON folder (default docs/)")
-    p.add_argument("--page", default=PAGE, help="docs page holding the noise_dose markers")
+    p.add_argument("--output-dir", "--docs-dir", dest="output_dir", default=None, help="JSON folder (default docs/)")
+    p.add_argument(
+        "--page",
+        default=None,
+        help="page to write (default: the README.md or docs/*.md page holding the noise_dose markers)",
+    )
     p.add_argument("--runs-dir", default="outputs/bench_noise_dose/runs")
     p.add_argument("--pilot", action="store_true", help="a labelled pilot: " + str(PILOT))
     p.add_argument("--objectives", nargs="+", default=None, choices=OBJECTIVES)
@@ -372,7 +375,9 @@ def main(argv=None) -> dict:
     data = run(args, argv)
     results.write_json(os.path.join(args.output_dir, JSON_NAME), data)
     print(render(data))
-    if os.path.isfile(args.page):
+    if args.page is not None or os.path.abspath(args.output_dir) == os.path.abspath(
+        results.DOCS
+    ):  # not for a scratch run
         results.write_readme_blocks({BLOCK: render(data)}, readme=args.page)
     return data
 

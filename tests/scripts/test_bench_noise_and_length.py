@@ -139,7 +139,7 @@ def test_docs_pages_equal_the_rendering_of_their_committed_json(load_script, scr
 
     docs = Path(__file__).resolve().parents[2] / "docs"
     bench = load_script(script)
-    page = results.marked_blocks((docs / Path(bench.PAGE).name).read_text())
+    page = results.marked_blocks(Path(results.block_page(bench.BLOCK)).read_text())
     rendered = bench.readme_blocks(str(docs))
     assert bench.BLOCK in page
     if not rendered:  # no committed JSON: the block is empty, it shows no numbers

@@ -101,12 +101,13 @@ def _prose_outside_blocks(text: str) -> str:
 
 def test_stability_prose_states_no_comparison_without_a_figure():
     pages = []
-    readme = (ROOT / "README.md").read_text()
-    if "## Stability study" in readme:
-        section = readme.split("## Stability study", 1)[1]
-        pages.append(("README.md", section.split("\n## ", 1)[0]))
-    for page in sorted((ROOT / "docs").glob("stability*.md")):
-        pages.append((page.name, page.read_text()))
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        if "## Stability study" in text:  # the section, up to the next heading of its level
+            section = text.split("## Stability study", 1)[1]
+            pages.append((page.name, section.split("\n## ", 1)[0]))
+        elif page.name.startswith("stability"):
+            pages.append((page.name, text))
     assert pages, "no stability study text found"
     for name, text in pages:
         for sentence in re.split(r"(?<=[.:])\s+", _prose_outside_blocks(text)):
