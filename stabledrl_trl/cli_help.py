@@ -61,6 +61,15 @@ def _section(comment: str) -> str:
 
 
 _UNKNOWN = object()
+
+
+class _DefaultsLookup(dict):
+    """A function returning a dataclass field's default by name (`sampler_settings.sampler_default`), read as the
+    {field: default} of that dataclass's source."""
+
+
+# function name -> the dataclass whose field defaults it returns (in the module the function is imported from)
+_DEFAULT_LOOKUPS = {"sampler_default": "SamplerSettings"}
 _WRAPPERS = "<classes subclassing int, float or str>"
 
 
@@ -82,6 +91,10 @@ def _evaluate(node: ast.AST | None, constants: dict):
             return _UNKNOWN
         return tuple(items) if isinstance(node, ast.Tuple) else items
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1 and not node.keywords:
+        lookup = constants.get(node.func.id)
+        if isinstance(lookup, _DefaultsLookup):  # e.g. sampler_default("temperature"): a dataclass field's default
+            key = _evaluate(node.args[0], constants)
+            return lookup.get(key, _UNKNOWN) if isinstance(key, str) else _UNKNOWN
         converters = {"list": list, "tuple": tuple, "str": str, "repr": repr, "int": int, "float": float}
         convert = converters.get(node.func.id)
         if node.func.id in constants.get(_WRAPPERS, ()):  # a module class subclassing int / float / str
@@ -107,6 +120,21 @@ def _text(node: ast.AST | None, constants: dict, as_repr: bool) -> str:
     return repr(value) if as_repr or not isinstance(value, str) else value
 
 
+def _dataclass_defaults(path: str, class_name: str) -> _DefaultsLookup:
+    """{field: default value} of the plainly written defaults (`name: type = value`) of class `class_name` in `path`."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    constants = module_constants(path, tree, follow_imports=False)
+    defaults = _DefaultsLookup()
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name):
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                value = _evaluate(node.value, constants)
+                if value is not _UNKNOWN:
+                    defaults[node.target.id] = value
+    return defaults
+
+
 def module_constants(path: str, tree: ast.Module | None = None, follow_imports: bool = True) -> dict:
     """{NAME: value} of the module-level constants of `path` whose value `_evaluate` can compute, with the names it
     imports relatively (`from .x import NAME`) read from those files (one level)."""
@@ -120,6 +148,9 @@ def module_constants(path: str, tree: ast.Module | None = None, follow_imports: 
             if os.path.isfile(target):
                 imported = module_constants(target, follow_imports=False)
                 constants.update({a.asname or a.name: imported[a.name] for a in node.names if a.name in imported})
+                for a in node.names:
+                    if a.name in _DEFAULT_LOOKUPS:
+                        constants[a.asname or a.name] = _dataclass_defaults(target, _DEFAULT_LOOKUPS[a.name])
         elif isinstance(node, ast.ClassDef) and any(ast.unparse(b) in ("int", "float", "str") for b in node.bases):
             constants[_WRAPPERS] = (*constants.get(_WRAPPERS, ()), node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):

@@ -259,10 +259,12 @@ class StableDRLConfig(GRPOConfig):
     likelihood_estimator: str = field(
         default="block_random",
         metadata={
-            "help": f"Sequence likelihood estimator, one of {list(ESTIMATOR_SPECS)}. 'block_random' is the "
-            "official StableDRL (SPG) estimator and 'block_random_coupled' its low-variance form (complementary "
-            "masks inside the chosen block, same expectation); 'mean_field' is d1's one-step estimator; 'sdmc' / "
-            "'sdmc_coupled' are Gauss-Legendre quadratures over the masking level (sdmc_nodes)."
+            "help": "Sequence likelihood estimator: 'block_random' is the official StableDRL (SPG) estimator and "
+            "'block_random_coupled' its paired form (complementary masks inside the chosen block, same expectation); "
+            "'mean_field' is d1's one-step estimator; 'mc_elbo' / 'mc_elbo_inv_t' / 'coupled' are Monte-Carlo "
+            "ELBOs (per-token mean, 1/t-weighted, complementary pairs); 'sdmc' / 'sdmc_coupled' are Gauss-Legendre "
+            "quadratures over the masking level (sdmc_nodes); or the name of an estimator added with "
+            "`register_estimator`."
         },
     )
     mc_samples: int | None = field(

@@ -143,3 +143,13 @@ def test_evaluate_and_sft_help_start_with_usage_naming_config_and_the_descriptio
     assert text.startswith(f"usage: python scripts/{script}.py [--config CONFIG.yaml]")
     assert text.split("\n\n")[1].startswith(first_line)
     assert "(default: " in text  # the defaults are still shown
+
+
+def test_estimator_help_names_every_built_in_estimator():
+    """The likelihood_estimator help is written out (the help reads the source without importing the registry): every
+    built-in estimator must be named in it."""
+    from stabledrl_trl.diffusion.estimators import ESTIMATOR_SPECS
+    from stabledrl_trl.stabledrl_config import StableDRLConfig
+
+    text = StableDRLConfig.__dataclass_fields__["likelihood_estimator"].metadata["help"]
+    assert all(f"'{name}'" in text for name in ESTIMATOR_SPECS), [n for n in ESTIMATOR_SPECS if f"'{n}'" not in text]
