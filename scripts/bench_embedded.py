@@ -3,6 +3,7 @@
     python scripts/bench_embedded.py --write-readme                        # tiny, tiny_noisy, tiny_block x seeds 0 1 2
     python scripts/bench_embedded.py --configs tiny_noisy --seeds 0 1 2 3
     python scripts/bench_embedded.py --quick --docs-dir /tmp/embedded      # a few steps: a smoke test
+    python scripts/bench_embedded.py --configs tiny_gemma --write-readme   # DiffusionGemma: docs/diffusion_gemma.md
 
 Each (config, seed) runs scripts/train.py's pipeline in this process (`train.main`: SFT warm-up seeded with the seed
 and cached, RL with the config's settings and seed), with held-out accuracy measured before and after RL as the mean
@@ -11,7 +12,7 @@ before and after) plus a greedy one. Per-step statistics of the importance weigh
 
 Writes `<docs-dir>/embedded_<config>.json` (provenance: commit, command, package versions; the settings; every run;
 means over seeds) and, with `--write-readme`, the README blocks `embedded_<config>` rendered from those files only
-(`readme_blocks`). A config whose YAML file is absent (e.g. configs/tiny_moe.yaml on a checkout without the tiny
+(`readme_blocks`; the tiny_gemma block goes to docs/diffusion_gemma.md instead, `PAGES`). A config whose YAML file is absent (e.g. configs/tiny_moe.yaml on a checkout without the tiny
 MoE model) is skipped with a message.
 """
 
@@ -27,9 +28,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from stabledrl_trl import results  # noqa: E402
 
-CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe")
+CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe", "tiny_gemma")
 DEFAULT_CONFIGS = ("tiny", "tiny_noisy", "tiny_block")
 CONFIG_DIR = os.path.join(results.REPO_ROOT, "configs")
+# the page a config's block is written to (README.md unless named here)
+PAGES = {"tiny_gemma": os.path.join(results.REPO_ROOT, "docs", "diffusion_gemma.md")}
 # --quick: seconds per run (a smoke test of the pipeline, not a measurement)
 QUICK = dict(
     max_steps=2, sft_max_steps=5, sft_num_samples=64, num_eval_samples=16, eval_batch_size=16, num_train_samples=256
@@ -210,6 +213,15 @@ def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
     return blocks
 
 
+def write_blocks(blocks: dict[str, str]) -> None:
+    """Write each `embedded_<config>` block to its page (`PAGES`, else README.md)."""
+    by_page: dict[str | None, dict[str, str]] = {}
+    for name, text in blocks.items():
+        by_page.setdefault(PAGES.get(name.removeprefix("embedded_")), {})[name] = text
+    for page, page_blocks in by_page.items():
+        results.write_readme_blocks(page_blocks, readme=page)
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), choices=CONFIGS)
@@ -232,7 +244,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = make_parser().parse_args(argv)
     if args.readme_only:
         blocks = readme_blocks(args.docs_dir)
-        results.rewrite_readme_only(blocks, args.docs_dir, "embedded_<config>.json")
+        if not blocks:
+            raise SystemExit(f"--readme-only: no embedded_<config>.json in {args.docs_dir}; run with --write-readme first")
+        write_blocks(blocks)
+        print(f"rewrote the blocks {', '.join(blocks)} from {args.docs_dir}", flush=True)
         return blocks
     provenance = results.provenance(__file__, argv)  # the code as the runs start
     if args.eval_draws < 1:
@@ -240,7 +255,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick and args.write_readme:
         raise SystemExit("--quick results are a smoke test: --write-readme refuses them (drop one of the two).")
     if args.write_readme:
-        results.check_readme_blocks(f"embedded_{c}" for c in args.configs if os.path.isfile(config_path(c)))
+        for c in args.configs:
+            if os.path.isfile(config_path(c)):
+                results.check_readme_blocks([f"embedded_{c}"], readme=PAGES.get(c))
     written = {}
     for config in args.configs:
         if not os.path.isfile(config_path(config)):
@@ -263,8 +280,8 @@ def main(argv: list[str] | None = None) -> dict:
         written[config] = summary
     if args.write_readme and written:
         blocks = readme_blocks(args.docs_dir)
-        results.write_readme_blocks({f"embedded_{c}": blocks[f"embedded_{c}"] for c in written})
-        print(f"rewrote README.md blocks: {', '.join(f'embedded_{c}' for c in written)}", flush=True)
+        write_blocks({f"embedded_{c}": blocks[f"embedded_{c}"] for c in written})
+        print(f"rewrote the blocks: {', '.join(f'embedded_{c}' for c in written)}", flush=True)
     return written
 
 
