@@ -140,7 +140,12 @@ for _alias, _name in {"GSAI-ML/LLaDA-8B-Base": "GSAI-ML/LLaDA-8B-Instruct", "GSA
 
 
 def shape_from_config_json(config: dict, source: str = "") -> ModelShape:
-    """A ModelShape from a model folder's config.json (LLaDA's names or transformers' Llama / Qwen / MoE names)."""
+    """A ModelShape from a model folder's config.json (LLaDA's names or transformers' Llama / Qwen / MoE names;
+    DiffusionGemma: `memory_plan_gemma.shape_from_gemma_config`)."""
+    if config.get("model_type") == "diffusion_gemma":
+        from .memory_plan_gemma import shape_from_gemma_config
+
+        return shape_from_gemma_config(config, source=source)
     if "d_model" in config:  # LLaDA's original config
         return ModelShape(
             config["d_model"], config["n_layers"], config["n_heads"], config.get("n_kv_heads") or config["n_heads"],
@@ -174,9 +179,20 @@ def resolve_shape(model: str) -> ModelShape:
     if os.path.isfile(path):
         with open(path) as f:
             return shape_from_config_json(json.load(f), source=path)
+    try:  # a hub id whose config.json is in the local Hugging Face cache (no download)
+        from huggingface_hub import hf_hub_download
+
+        cached = hf_hub_download(model, "config.json", local_files_only=True)
+    except Exception:
+        cached = None
+    if cached is not None:
+        with open(cached) as f:
+            return shape_from_config_json(json.load(f), source=f"{model} config.json (local Hugging Face cache)")
     raise ValueError(
-        f"model {model!r}: not a known hub id ({', '.join(sorted(KNOWN_MODELS))}) and no local folder with a "
-        "config.json. Give a local model folder, or add the architecture numbers to memory_plan.KNOWN_MODELS."
+        f"model {model!r}: not a known hub id ({', '.join(sorted(KNOWN_MODELS))}), not in the local Hugging Face "
+        "cache and no local folder with a config.json. Download its config.json (`huggingface-cli download "
+        f"{model} config.json --local-dir <folder>`) and pass --model <folder>, or add the architecture numbers to "
+        "memory_plan.KNOWN_MODELS."
     )
 
 
@@ -190,6 +206,7 @@ class PlanSettings:
     use_peft: bool = False
     lora_r: int = 16
     lora_target_modules: list | str | None = None
+    lora_target_parameters: list | None = None  # peft's target_parameters (DiffusionGemma's experts)
     gradient_checkpointing: bool = False
     per_device_train_batch_size: int = 8
     steps_per_generation: int = 1
@@ -272,6 +289,8 @@ def estimate(shape: ModelShape, s: PlanSettings) -> dict[str, float]:
     persistent = c["weights"] + c["gradients"] + c["optimizer"] + c["lora"] + c["runtime_overhead"]
     c["phase"] = "training" if train >= rollout else "rollout"
     c["peak"] = persistent + max(train, rollout)
+    if hasattr(shape, "refine"):  # a layout with its own transients (memory_plan_gemma.DiffusionGemmaShape)
+        c = shape.refine(c, s)
     return c
 
 
@@ -293,6 +312,7 @@ def settings_from_config(cfg: dict, gpus: int, sharding: str | None = None) -> P
         use_peft=bool(cfg.get("use_peft", False)),
         lora_r=int(cfg.get("lora_r", 16)),
         lora_target_modules=cfg.get("lora_target_modules"),
+        lora_target_parameters=cfg.get("lora_target_parameters"),
         gradient_checkpointing=bool(cfg.get("gradient_checkpointing", False)),
         per_device_train_batch_size=per_device,
         steps_per_generation=int(cfg.get("steps_per_generation") or accum),
