@@ -4,6 +4,7 @@ the transient terms by hand, and scripts/plan.py on a DiffusionGemma config fold
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -88,7 +89,8 @@ def test_plan_script_on_a_diffusion_gemma_folder(tmp_path, load_script, capsys):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(tiny_diffusion_gemma_config().to_dict()))
     plan = load_script("plan")
-    components = plan.main(["--config", "configs/diffusion_gemma_gsm8k_lora.yaml", "--model", str(folder),
+    config = Path(__file__).resolve().parent.parent / "configs" / "diffusion_gemma_gsm8k_lora.yaml"
+    components = plan.main(["--config", str(config), "--model", str(folder),
                             "--gpu-memory", "1"])  # fmt: skip
     out = capsys.readouterr().out
     assert "0.00B parameters" in out and "LoRA r 16" in out and "peak (" in out
