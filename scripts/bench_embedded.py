@@ -245,7 +245,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.readme_only:
         blocks = readme_blocks(args.docs_dir)
         if not blocks:
-            raise SystemExit(f"--readme-only: no embedded_<config>.json in {args.docs_dir}; run with --write-readme first")
+            raise SystemExit(
+                f"--readme-only: no embedded_<config>.json in {args.docs_dir}; run with --write-readme first"
+            )
         write_blocks(blocks)
         print(f"rewrote the blocks {', '.join(blocks)} from {args.docs_dir}", flush=True)
         return blocks

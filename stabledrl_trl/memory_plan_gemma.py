@@ -73,9 +73,9 @@ class DiffusionGemmaShape(ModelShape):
         return linears + 2 * hd + (d + E + E * d) + 3 * E * d * m + 7 * d
 
     def num_parameters(self) -> int:
-        d, I = self.hidden, self.intermediate
+        d, inter = self.hidden, self.intermediate
         layers = sum(self.layer_params(i) for i in range(self.n_layers))
-        return self.vocab * d + layers + d + (d + 3 * d * I) + self.vision_parameters
+        return self.vocab * d + layers + d + (d + 3 * d * inter) + self.vision_parameters
 
     def layer_parameters(self) -> int:
         return max(self.layer_params(i) for i in range(self.n_layers))

@@ -458,7 +458,8 @@ def prepare_sft_model(
     tokenizer = build_tiny_tokenizer()
     dataset = load_task_dataset(task, "train", num_samples=num_samples, seed=seed)
     if architecture == "diffusion_gemma":  # no mask token: TRL's uniform-noise SFT loss instead of masked SFT
-        from .uniform_sft import build_tiny_gemma_model, run_uniform_sft as train_warm_up
+        from .uniform_sft import build_tiny_gemma_model
+        from .uniform_sft import run_uniform_sft as train_warm_up
 
         model = build_tiny_gemma_model(tokenizer, seed=seed, **model_config)
     else:

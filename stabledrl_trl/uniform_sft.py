@@ -89,7 +89,11 @@ class UniformNoiseSFTTrainer(Trainer):
             train_dataset = tokenize_sft_dataset(
                 train_dataset, processing_class, args.completion_length, args.answer_column
             )
-        pad = processing_class.pad_token_id if processing_class.pad_token_id is not None else processing_class.eos_token_id
+        pad = (
+            processing_class.pad_token_id
+            if processing_class.pad_token_id is not None
+            else processing_class.eos_token_id
+        )
         kwargs.setdefault("data_collator", MaskedDiffusionSFTCollator(pad_token_id=pad))
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
                          **kwargs)  # fmt: skip
