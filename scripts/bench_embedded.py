@@ -3,6 +3,7 @@
     python scripts/bench_embedded.py --write-readme                        # tiny, tiny_noisy, tiny_block x seeds 0 1 2
     python scripts/bench_embedded.py --configs tiny_noisy --seeds 0 1 2 3
     python scripts/bench_embedded.py --quick --docs-dir /tmp/embedded      # a few steps: a smoke test
+    python scripts/bench_embedded.py --configs tiny_gemma --write-readme   # DiffusionGemma: docs/diffusion_gemma.md
 
 Each (config, seed) runs scripts/train.py's pipeline in this process (`train.main`: SFT warm-up seeded with the seed
 and cached, RL with the config's settings and seed), with held-out accuracy measured before and after RL as the mean
@@ -11,7 +12,7 @@ before and after) plus a greedy one. Per-step statistics of the importance weigh
 
 Writes `<docs-dir>/embedded_<config>.json` (provenance: commit, command, package versions; the settings; every run;
 means over seeds) and, with `--write-readme`, the README blocks `embedded_<config>` rendered from those files only
-(`readme_blocks`). A config whose YAML file is absent (e.g. configs/tiny_moe.yaml on a checkout without the tiny
+(`readme_blocks`), each in the README.md or docs/*.md page holding its markers. A config whose YAML file is absent (e.g. configs/tiny_moe.yaml on a checkout without the tiny
 MoE model) is skipped with a message.
 """
 
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from stabledrl_trl import results  # noqa: E402
 from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
-CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe")
+CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe", "tiny_gemma")
 DEFAULT_CONFIGS = ("tiny", "tiny_noisy", "tiny_block")
 CONFIG_DIR = os.path.join(results.REPO_ROOT, "configs")
 # --quick: seconds per run (a smoke test of the pipeline, not a measurement)
@@ -241,7 +242,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick and args.write_readme:
         raise SystemExit("--quick results are a smoke test: --write-readme refuses them (drop one of the two).")
     if args.write_readme:
-        results.check_readme_blocks(f"embedded_{c}" for c in args.configs if os.path.isfile(config_path(c)))
+        for c in args.configs:
+            if os.path.isfile(config_path(c)):
+                results.check_readme_blocks([f"embedded_{c}"])
     written = {}
     for config in args.configs:
         if not os.path.isfile(config_path(config)):

@@ -78,7 +78,8 @@ class TrainScriptArguments:
         default="llada",
         metadata={
             "help": "Architecture of the tiny model (tiny_model only): 'llada' (full attention), 'sdar' (block "
-            "diffusion, block size 4) or 'llada2' (MoE block diffusion, block size 4)."
+            "diffusion, block size 4), 'llada2' (MoE block diffusion, block size 4) or 'diffusion_gemma' (uniform-noise "
+            "block diffusion, canvas 8; its warm-up is uniform-noise SFT, it has no mask token)."
         },
     )
     sft_cache_dir: str = field(default=".cache/stabledrl_tiny", metadata={"help": "Cache of the SFT warm-up."})

@@ -177,6 +177,10 @@ def shape_from_config_json(config: dict, source: str = "") -> ModelShape:
 
 
 def _shape_from_config_json(config: dict, source: str) -> ModelShape:
+    if config.get("model_type") == "diffusion_gemma":  # its own layout: memory_plan_gemma.shape_from_gemma_config
+        from .memory_plan_gemma import shape_from_gemma_config
+
+        return shape_from_gemma_config(config, source=source)
     if "d_model" in config:  # LLaDA's original config
         return ModelShape(
             config["d_model"], config["n_layers"], config["n_heads"], config.get("n_kv_heads") or config["n_heads"],
@@ -214,14 +218,25 @@ def resolve_shape(model: str) -> ModelShape:
         except (OSError, UnicodeDecodeError, ValueError) as error:
             raise ValueError(f"model {model!r}: {path} cannot be read as JSON ({error}).") from None
         return shape_from_config_json(config, source=path)
+    try:  # a hub id whose config.json is in the local Hugging Face cache (no download)
+        from huggingface_hub import hf_hub_download
+
+        cached = hf_hub_download(model, "config.json", local_files_only=True)
+    except Exception:
+        cached = None
+    if cached is not None:
+        with open(cached) as f:
+            return shape_from_config_json(json.load(f), source=f"{model} config.json (local Hugging Face cache)")
     if os.path.isdir(model):
         raise ValueError(
             f"model {model!r} is a folder without a config.json: the planner reads the model's shape from it. Give "
             "the folder of a saved model (config.json next to its weights)."
         )
     raise ValueError(
-        f"model {model!r}: not a known hub id ({', '.join(sorted(KNOWN_MODELS))}) and no local folder with a "
-        "config.json. Give a local model folder, or add the architecture numbers to memory_plan.KNOWN_MODELS."
+        f"model {model!r}: not a known hub id ({', '.join(sorted(KNOWN_MODELS))}), not in the local Hugging Face "
+        "cache and no local folder with a config.json. Download its config.json (`huggingface-cli download "
+        f"{model} config.json --local-dir <folder>`) and pass --model <folder>, or add the architecture numbers to "
+        "memory_plan.KNOWN_MODELS."
     )
 
 
@@ -235,6 +250,7 @@ class PlanSettings:
     use_peft: bool = False
     lora_r: int = 16
     lora_target_modules: list | str | None = None
+    lora_target_parameters: list | None = None  # peft's target_parameters (DiffusionGemma's experts)
     gradient_checkpointing: bool = False
     per_device_train_batch_size: int = 8
     steps_per_generation: int = 1
@@ -258,14 +274,20 @@ class PlanSettings:
                 raise TypeError(f"{f.name}={value!r} ({type(value).__name__}) must be true or false.")
             if f.name in _PLAN_INTS and not (value is None and f.name in _PLAN_OPTIONAL):
                 _check_int(f.name, value, _PLAN_INTS[f.name])
-        if isinstance(self.overhead_bytes, bool) or not isinstance(self.overhead_bytes, (int, float)) or not (
-            math.isfinite(self.overhead_bytes) and self.overhead_bytes >= 0
+        if (
+            isinstance(self.overhead_bytes, bool)
+            or not isinstance(self.overhead_bytes, (int, float))
+            or not (math.isfinite(self.overhead_bytes) and self.overhead_bytes >= 0)
         ):
             raise ValueError(f"overhead_bytes={self.overhead_bytes!r} must be a finite number >= 0.")
         if self.rollout_cache not in ("none", "prefix", "dual"):
             raise ValueError(f"rollout_cache={self.rollout_cache!r}; choose 'none', 'prefix' or 'dual'.")
         targets = self.lora_target_modules
-        if not (targets is None or targets == "all-linear" or (isinstance(targets, list) and all(isinstance(t, str) for t in targets))):
+        if not (
+            targets is None
+            or targets == "all-linear"
+            or (isinstance(targets, list) and all(isinstance(t, str) for t in targets))
+        ):
             raise TypeError(f"lora_target_modules={targets!r} must be a list of module names or 'all-linear'.")
 
 
@@ -377,6 +399,8 @@ def estimate(shape: ModelShape, s: PlanSettings) -> dict[str, float]:
     persistent = c["weights"] + c["gradients"] + c["optimizer"] + c["lora"] + c["runtime_overhead"]
     c["phase"] = "training" if train >= rollout else "rollout"
     c["peak"] = persistent + max(train, rollout)
+    if hasattr(shape, "refine"):  # a layout with its own transients (memory_plan_gemma.DiffusionGemmaShape)
+        c = shape.refine(c, s)
     return c
 
 
@@ -435,6 +459,7 @@ def settings_from_config(cfg: dict, gpus: int, sharding: str | None = None) -> P
         use_peft=_setting(cfg, "use_peft", bool, False),
         lora_r=_setting(cfg, "lora_r", int, 16),
         lora_target_modules=cfg.get("lora_target_modules"),
+        lora_target_parameters=cfg.get("lora_target_parameters"),
         gradient_checkpointing=_setting(cfg, "gradient_checkpointing", bool, False),
         per_device_train_batch_size=per_device,
         steps_per_generation=steps,

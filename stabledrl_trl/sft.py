@@ -56,8 +56,13 @@ TINY_SFT_SDAR_MODEL = {"hidden_size": 128, "num_attention_heads": 4, "num_key_va
 TINY_SFT_LLADA2_MODEL = {"hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32,
                          "num_hidden_layers": 4, "intermediate_size": 256, "moe_intermediate_size": 64,
                          "num_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1}  # fmt: skip
-TINY_ARCHITECTURES = ("llada", "sdar", "llada2")
-TINY_BASE_MODELS = {"llada": TINY_SFT_MODEL, "sdar": TINY_SFT_SDAR_MODEL, "llada2": TINY_SFT_LLADA2_MODEL}
+# The tiny DiffusionGemma of configs/tiny_gemma.yaml (text-model overrides of `tiny.tiny_diffusion_gemma_config`),
+# warmed up by uniform-noise SFT (`stabledrl_trl.uniform_sft`: it has no mask token).
+TINY_SFT_GEMMA_MODEL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "moe_intermediate_size": 64}  # fmt: skip
+TINY_ARCHITECTURES = ("llada", "sdar", "llada2", "diffusion_gemma")
+TINY_BASE_MODELS = {"llada": TINY_SFT_MODEL, "sdar": TINY_SFT_SDAR_MODEL, "llada2": TINY_SFT_LLADA2_MODEL,
+                    "diffusion_gemma": TINY_SFT_GEMMA_MODEL}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -410,8 +415,9 @@ def prepare_sft_model(
     moved into place when complete (with `sft_settings.json` recording the settings), so an interrupted run is never
     mistaken for a finished one. A second call with the same settings returns at once. The tokenizer is the tiny
     char-level one (`stabledrl_trl.tiny.build_tiny_tokenizer`).
-    architecture: "llada" (TINY_SFT_MODEL), "sdar" (block diffusion, TINY_SFT_SDAR_MODEL) or "llada2" (MoE block
-    diffusion, TINY_SFT_LLADA2_MODEL).
+    architecture: "llada" (TINY_SFT_MODEL), "sdar" (block diffusion, TINY_SFT_SDAR_MODEL), "llada2" (MoE block
+    diffusion, TINY_SFT_LLADA2_MODEL) or "diffusion_gemma" (TINY_SFT_GEMMA_MODEL, warmed up by uniform-noise SFT:
+    `stabledrl_trl.uniform_sft`).
     training_kwargs: further `MaskedDiffusionSFTConfig` fields (e.g. warmup_steps, weight_decay); they are part of
     the cache key.
     Under torch.distributed (several processes or nodes) every process trains the warm-up together: `batch_size` is
@@ -476,7 +482,14 @@ def prepare_sft_model(
     os.makedirs(cache_dir, exist_ok=True)
     tokenizer = build_tiny_tokenizer()
     dataset = load_task_dataset(task, "train", num_samples=num_samples, seed=seed)
-    model = build_tiny_model(tokenizer, seed=seed, architecture=architecture, **model_config)
+    if architecture == "diffusion_gemma":  # no mask token: TRL's uniform-noise SFT loss instead of masked SFT
+        from .uniform_sft import build_tiny_gemma_model
+        from .uniform_sft import run_uniform_sft as train_warm_up
+
+        model = build_tiny_gemma_model(tokenizer, seed=seed, **model_config)
+    else:
+        train_warm_up = run_sft
+        model = build_tiny_model(tokenizer, seed=seed, architecture=architecture, **model_config)
     # one work folder for all ranks (global rank 0's), written by rank 0 only and moved into place by it
     work_dir = multinode.broadcast_object(tempfile.mkdtemp(prefix=".sft-tmp-", dir=cache_dir) if rank == 0 else None)
     try:
@@ -500,7 +513,7 @@ def prepare_sft_model(
                 use_cpu=not torch.cuda.is_available(),
                 **training_kwargs,
             )
-            metrics = run_sft(model, tokenizer, dataset, args)
+            metrics = train_warm_up(model, tokenizer, dataset, args)
         if rank == 0:
             with open(os.path.join(work_dir, SFT_SETTINGS_FILE), "w") as f:
                 json.dump({"settings": settings, "metrics": metrics}, f, indent=2, sort_keys=True, default=str)
