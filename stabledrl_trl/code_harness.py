@@ -1,0 +1,239 @@
+"""The test harness that runs INSIDE the code sandbox (`stabledrl_trl.sandbox`); a standalone script.
+
+It imports nothing from the package (it is started as `python -I code_harness.py LIMITS_JSON RESULT_FD` in a fresh
+interpreter, inside bubblewrap or the unsafe local runner) and does, in this order, before any untrusted code runs:
+
+1. applies the resource limits given on the command line (soft = hard, so the program cannot raise them): CPU
+   seconds, address space, file size, open files, core size 0, and either a seccomp filter that refuses every new
+   process (`max_processes == 1`: fork, vfork, clone without CLONE_THREAD, clone3 -> ENOSYS so glibc falls back to
+   clone; threads still work) or RLIMIT_NPROC;
+2. reads the job (JSON on stdin: the nonce, the untrusted program, the trusted test source and checks), then points
+   stdin at /dev/null;
+3. writes `<nonce> start` on the result descriptor (a pipe only the grader reads);
+4. compiles the trusted test source and checks, snapshots the builtins, and optionally applies the official
+   harness's guard (`guard == "official"`: the same functions disabled as `reliability_guard` in the official
+   `custom_humaneval/execution.py`, so a program calling `os.remove` fails here as it fails there);
+5. runs the program (`exec` in a fresh, empty namespace, as the official harness does), with Python-level stdout and
+   stderr going to a bounded in-memory sink and reads from stdin raising, under a SIGALRM time limit;
+6. gives the namespace a copy of the builtins as they were before the program ran, runs the test source in it, and
+   then each check in turn, writing `<nonce> ok <i>` or `<nonce> fail <i> <exception>` after each; a check that
+   calls a test function calls the function object the TRUSTED test source defined (checked by code-object
+   identity), never whatever the name is bound to, and trace/profile hooks are cleared before each check;
+7. writes `<nonce> end` and leaves with `os._exit(0)` (no atexit hooks, no waiting for the program's threads).
+
+The grader (outside) decides pass/fail from these records alone: every check `ok`, none `fail`, `end` present,
+all carrying the nonce it drew for this run. The exit status and the program's output are never read for the
+verdict. What this does and does not protect against is written in docs/code.md.
+"""
+
+import builtins
+import json
+import os
+import signal
+import sys
+
+START, OK, FAIL, END, PROGRAM_ERROR, TESTS_ERROR = "start", "ok", "fail", "end", "program_error", "tests_error"
+
+# The names the official harness's `reliability_guard` disables (module, attribute, replacement kind).
+_OFFICIAL_RAISING_OS = ("system", "kill", "setuid", "fork")
+_OFFICIAL_NONE_OS = (
+    "putenv", "remove", "removedirs", "rmdir", "fchdir", "forkpty", "killpg", "rename", "renames", "truncate",
+    "replace", "unlink", "fchmod", "fchown", "chmod", "chown", "chroot", "lchflags", "lchmod", "lchown", "getcwd",
+    "chdir",
+)  # fmt: skip
+_OFFICIAL_NONE_SHUTIL = ("rmtree", "move", "chown")
+_OFFICIAL_NONE_MODULES = ("ipdb", "joblib", "resource", "psutil", "tkinter")
+
+
+class HarnessTimeout(Exception):
+    """Raised by the SIGALRM handler when the program and its checks exceed the time limit."""
+
+
+class _BoundedSink:
+    """A write-only text stream keeping the first `limit` characters (the official harness swallows output)."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.parts = []
+        self.size = 0
+
+    def write(self, text):
+        text = str(text)
+        if self.size < self.limit:
+            self.parts.append(text[: self.limit - self.size])
+        self.size += len(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+    def isatty(self):
+        return False
+
+    def read(self, *args, **kwargs):
+        raise OSError("stdin is not readable in the sandbox")
+
+    readline = readlines = read
+
+    def fileno(self):
+        raise OSError("no file descriptor")
+
+
+def _apply_limits(limits):
+    import resource
+
+    def hard(name, value):
+        resource.setrlimit(name, (value, value))
+
+    hard(resource.RLIMIT_CORE, 0)
+    hard(resource.RLIMIT_CPU, int(limits["cpu_seconds"]))
+    hard(resource.RLIMIT_AS, int(limits["memory_bytes"]))
+    hard(resource.RLIMIT_FSIZE, int(limits["file_bytes"]))
+    hard(resource.RLIMIT_NOFILE, int(limits["open_files"]))
+    if limits.get("seccomp_filter"):
+        _install_seccomp(bytes.fromhex(limits["seccomp_filter"]))
+    elif limits.get("max_processes"):
+        hard(resource.RLIMIT_NPROC, int(limits["max_processes"]))
+
+
+def _install_seccomp(program):
+    """Install a classic-BPF seccomp filter (`program`: packed sock_filter structs) for this process and its threads."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(program, len(program))
+    prog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+def _official_guard():
+    """Disable what the official harness's `reliability_guard` disables (not a security measure: parity only)."""
+    import shutil
+    import subprocess
+
+    def _disabled(*args, **kwargs):
+        raise RuntimeError("Restricted system call")
+
+    import faulthandler
+
+    faulthandler.disable()
+    builtins.exit = None
+    builtins.quit = None
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for name in _OFFICIAL_RAISING_OS:
+        setattr(os, name, _disabled)
+    for name in _OFFICIAL_NONE_OS:
+        setattr(os, name, None)
+    for name in _OFFICIAL_NONE_SHUTIL:
+        setattr(shutil, name, None)
+    subprocess.Popen = None
+    builtins.help = None
+    for name in _OFFICIAL_NONE_MODULES:
+        sys.modules[name] = None
+
+
+def main():
+    limits = json.loads(sys.argv[1])
+    result_fd = int(sys.argv[2])
+    write = os.write
+    exit_now = os._exit
+    settrace, setprofile, setitimer = sys.settrace, sys.setprofile, signal.setitimer
+    code_type = type(main.__code__)
+
+    _apply_limits(limits)
+    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    nonce = job.pop("nonce")
+
+    def report(*fields):
+        line = " ".join([nonce, *map(str, fields)]) + "\n"
+        try:
+            write(result_fd, line.encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    report(START)
+    tests_code = compile(job["tests"], "<tests>", "exec")
+    checks = []
+    for i, check in enumerate(job["checks"]):
+        if "call" in check:
+            checks.append(("call", check["call"]))
+        else:
+            checks.append(("exec", compile(check["exec"], f"<check {i}>", "exec")))
+    trusted_functions = {c.co_name: c for c in tests_code.co_consts if isinstance(c, code_type)}
+    for kind, value in checks:
+        if kind == "call" and value not in trusted_functions:
+            raise ValueError(f"check calls {value!r}, which the test source does not define at top level")
+    clean_builtins = dict(builtins.__dict__)
+    stop_at_first_failure = bool(job.get("stop_at_first_failure", True))
+    program = job.pop("program")
+
+    def on_alarm(signum, frame):
+        raise HarnessTimeout("time limit")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    sink = _BoundedSink(int(limits["output_chars"]))
+    sys.stdout = sys.stderr = sys.stdin = sink
+    if job.get("guard") == "official":
+        _official_guard()
+    namespace = {}
+    setitimer(signal.ITIMER_REAL, float(limits["timeout"]))
+    try:
+        exec(compile(program, "<program>", "exec"), namespace)
+    except BaseException as error:  # noqa: B036 - SystemExit and KeyboardInterrupt are failures too
+        report(PROGRAM_ERROR, type(error).__name__)
+        exit_now(0)
+    try:
+        settrace(None)
+        setprofile(None)
+        namespace["__builtins__"] = dict(clean_builtins)
+        exec(tests_code, namespace)
+        functions = {}
+        for kind, value in checks:
+            if kind == "call":
+                function = namespace.get(value)
+                if getattr(function, "__code__", None) is not trusted_functions[value]:
+                    raise RuntimeError(f"test function {value!r} was replaced")
+                functions[value] = function
+    except BaseException as error:  # noqa: B036
+        report(TESTS_ERROR, type(error).__name__)
+        exit_now(0)
+    for i, (kind, value) in enumerate(checks):
+        try:
+            settrace(None)
+            setprofile(None)
+            if kind == "call":
+                functions[value]()
+            else:
+                exec(value, namespace)
+        except BaseException as error:  # noqa: B036
+            report(FAIL, i, type(error).__name__)
+            if stop_at_first_failure or isinstance(error, HarnessTimeout):
+                break
+        else:
+            report(OK, i)
+    try:
+        setitimer(signal.ITIMER_REAL, 0)
+    except BaseException:  # noqa: B036 - the alarm fired after the last check: no end record, a failure
+        exit_now(0)
+    report(END)
+    exit_now(0)
+
+
+if __name__ == "__main__":
+    main()
