@@ -160,6 +160,14 @@ def main():
     os.close(devnull)
     nonce = job.pop("nonce")
 
+    def describe(error):
+        """`Type: message` on one line, at most 200 characters; never raises (the exception is untrusted)."""
+        try:
+            text = f"{type(error).__name__}: {error}"
+        except BaseException:  # noqa: B036
+            text = "unprintable exception"
+        return " ".join(text.split())[:200]
+
     def report(*fields):
         line = " ".join([nonce, *map(str, fields)]) + "\n"
         try:
@@ -196,7 +204,7 @@ def main():
     try:
         exec(compile(program, "<program>", "exec"), namespace)
     except BaseException as error:  # noqa: B036 - SystemExit and KeyboardInterrupt are failures too
-        report(PROGRAM_ERROR, type(error).__name__)
+        report(PROGRAM_ERROR, describe(error))
         exit_now(0)
     try:
         settrace(None)
@@ -211,7 +219,7 @@ def main():
                     raise RuntimeError(f"test function {value!r} was replaced")
                 functions[value] = function
     except BaseException as error:  # noqa: B036
-        report(TESTS_ERROR, type(error).__name__)
+        report(TESTS_ERROR, describe(error))
         exit_now(0)
     for i, (kind, value) in enumerate(checks):
         try:
@@ -222,7 +230,7 @@ def main():
             else:
                 exec(value, namespace)
         except BaseException as error:  # noqa: B036
-            report(FAIL, i, type(error).__name__)
+            report(FAIL, i, describe(error))
             if stop_at_first_failure or isinstance(error, HarnessTimeout):
                 break
         else:

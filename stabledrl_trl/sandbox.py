@@ -435,7 +435,12 @@ class CodeSandbox:
                 raise SandboxError(f"code sandbox: could not start {self.settings.backend}: {error}") from error
             finally:
                 os.close(write_fd)
-            records, output, killed = self._communicate(process, payload, read_fd, started + s.timeout + s.grace)
+            try:
+                records, output, killed = self._communicate(process, payload, read_fd, started + s.timeout + s.grace)
+            finally:
+                # bwrap: the PID namespace is gone with the process. unsafe_local: kill what is left of its session
+                # (a child that moved to a new session of its own escapes this: see docs/code.md).
+                self._kill(process)
         finally:
             os.close(read_fd)
             if workdir is not None:
@@ -496,19 +501,20 @@ class CodeSandbox:
                 process.wait(timeout=0 if killed else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 killed = True
-            if process.poll() is None:
-                self._kill(process)
         return bytes(records), bytes(output), killed
 
-    def _kill(self, process) -> None:
+    @staticmethod
+    def _kill(process) -> None:
+        """SIGKILL the process group the run leads (bwrap, or the unsafe runner's session) and reap the process."""
         try:
-            os.killpg(process.pid, signal.SIGKILL)  # the session it leads: bwrap, or the unsafe runner's group
+            os.killpg(process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        try:
-            process.kill()
-        except ProcessLookupError:
-            pass
+        if process.poll() is None:
+            try:
+                process.kill()
+            except ProcessLookupError:
+                pass
         process.wait()
 
     def _verdict(self, job, nonce, records, output, killed, returncode, seconds) -> CodeResult:
@@ -536,13 +542,14 @@ class CodeSandbox:
                 f"code sandbox ({self.settings.backend}) failed: {detail}. Output: {text[-2000:]!r}. {ENABLE_HINT}"
             )
         passed = ok - failed
+        timed_out = any(e.startswith("HarnessTimeout") for e in errors)
         if "program_error" in events:
-            status = "timeout" if "HarnessTimeout" in errors else "program_error"
+            status = "timeout" if timed_out else "program_error"
         elif "tests_error" in events:
-            status = "timeout" if "HarnessTimeout" in errors else "tests_error"
+            status = "timeout" if timed_out else "tests_error"
         elif "end" in events and len(passed) == n and not failed:
             status = "passed"
-        elif "HarnessTimeout" in errors or killed:
+        elif timed_out or killed:
             status = "timeout"
         elif "end" in events:
             status = "failed"
