@@ -167,6 +167,11 @@ class TrainScriptArguments:
         task = get_task(self.task)
         for name in ("prompt_style", "reward_style"):
             if getattr(self, name) not in task.prompt_styles:
+                if task.styles is not None:  # a task with its own set of styles (the code tasks: official only)
+                    raise ValueError(
+                        f"{name}: task {task.name!r} has the styles {', '.join(task.styles)} only; set {name}: "
+                        f"{task.styles[0]}"
+                    )
                 raise ValueError(
                     f"{name}: task {task.name!r} has no official StableDRL form; set {name}: tagged (official forms "
                     "exist for gsm8k, math, countdown and sudoku)"
@@ -177,7 +182,7 @@ class TrainScriptArguments:
                 "their own wording; remove system_prompt or set prompt_style: tagged"
             )
         if self.anti_short_boxed is None:
-            self.anti_short_boxed = self.reward_style == "official"
+            self.anti_short_boxed = self.reward_style == "official" and task.official_anti_short_boxed
         if not isinstance(self.eval_draws, int) or isinstance(self.eval_draws, bool) or self.eval_draws < 1:
             raise ValueError(
                 f"eval_draws: expected a positive integer, got {self.eval_draws!r}; 4 draws or more "
