@@ -440,6 +440,10 @@ def load_mbpp(split="test", *, path=None, data_files=None, num_samples=None, sys
     return _finish(rows, format_mbpp, num_samples, seed)
 
 
+CODE_TASKS = ("kodcode", "humaneval", "mbpp")
+FRACTION_REWARDS = {"kodcode": kodcode_fraction_reward, "mbpp": mbpp_fraction_reward}
+
+
 def _register() -> None:
     """Add "kodcode", "humaneval" and "mbpp" to the task registry."""
     from . import TASKS, TaskSpec
