@@ -1,0 +1,147 @@
+"""How fast the code sandbox grades programs: throughput per worker count, and its cost per program.
+
+    python scripts/bench_code_reward.py --write-readme          # writes docs/bench_code_reward.json, docs/code.md
+
+Programs: `--programs` small fixed MBPP-style programs written here (a function and three asserts, all passing),
+graded as `mbpp_reward` grades (program, then one check per assert).
+- Throughput: programs graded per second by `CodeSandbox.run_many` with 1, 2 and all (os.cpu_count()) workers;
+  the median of `--repeats` runs.
+- Cost per program, one at a time (median over `--programs` runs): the bwrap sandbox; the unsafe local runner (the
+  same harness and limits, no isolation); and two ways peers run programs without a sandbox: a bare
+  `python -I -S -c PROGRAM` subprocess and `python3 -c PROGRAM` with `site` (Block-R1's `subprocess.run`). The
+  sandbox's cost is its time minus the bare subprocess's.
+The numbers depend on the machine's load: the JSON records the CPU count and the load average at the start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from stabledrl_trl import results  # noqa: E402
+
+JSON_NAME = "bench_code_reward.json"
+DOCS_PAGE = "code.md"
+
+
+def make_parser():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--programs", type=int, default=48, help="programs per measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="throughput runs per worker count (median)")
+    parser.add_argument("--out", default=os.path.join(results.DOCS, JSON_NAME))
+    parser.add_argument("--write-readme", action="store_true", help="render the tables into docs/code.md")
+    return parser
+
+
+def programs(n: int) -> list[tuple[str, list[str]]]:
+    """n (program, asserts) pairs, each a different small function with three passing asserts."""
+    out = []
+    for i in range(n):
+        program = f"def scale_{i}(xs, k={i % 7 + 1}):\n    return [x * k + {i} for x in xs]\n"
+        k = i % 7 + 1
+        asserts = [f"assert scale_{i}([{a}]) == [{a * k + i}]" for a in (0, 1, 5)]
+        out.append((program, asserts))
+    return out
+
+
+def _median_seconds(run, items) -> float:
+    times = []
+    for item in items:
+        start = time.perf_counter()
+        run(item)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(n_programs: int, repeats: int) -> dict:
+    from stabledrl_trl.sandbox import CodeJob, CodeSandbox, SandboxSettings
+
+    pairs = programs(n_programs)
+    jobs = [CodeJob(program=p, checks=tuple(a)) for p, a in pairs]
+    cpus = os.cpu_count() or 1
+    throughput = []
+    for workers in sorted({1, 2, cpus}):
+        with CodeSandbox(SandboxSettings(num_workers=workers)) as box:
+            rates = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                verdicts = box.run_many(jobs)
+                rates.append(len(jobs) / (time.perf_counter() - start))
+                if not all(v.passed for v in verdicts):
+                    raise RuntimeError("a benchmark program failed in the sandbox: the measurement is not valid")
+        throughput.append({"workers": workers, "programs_per_s": statistics.median(rates), "runs": rates})
+
+    per_program = {}
+    with CodeSandbox(SandboxSettings(num_workers=1)) as box:
+        per_program["bwrap_sandbox"] = _median_seconds(box.run, jobs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with CodeSandbox(SandboxSettings(num_workers=1, backend="unsafe_local")) as box:
+            per_program["unsafe_local"] = _median_seconds(box.run, jobs)
+    sources = [p + "\n" + "\n".join(a) + "\n" for p, a in pairs]
+    per_program["bare_subprocess"] = _median_seconds(
+        lambda src: subprocess.run([sys.executable, "-I", "-S", "-c", src], check=True, capture_output=True), sources
+    )
+    per_program["bare_subprocess_with_site"] = _median_seconds(
+        lambda src: subprocess.run([sys.executable, "-c", src], check=True, capture_output=True), sources
+    )
+    return {
+        "programs": n_programs,
+        "repeats": repeats,
+        "cpu_count": cpus,
+        "throughput": throughput,
+        "per_program_s": per_program,
+        "sandbox_overhead_s": per_program["bwrap_sandbox"] - per_program["bare_subprocess"],
+    }
+
+
+def readme_blocks(docs_dir: str) -> dict[str, str]:
+    """The docs/code.md tables, rendered from the committed JSON alone."""
+    path = os.path.join(docs_dir, JSON_NAME)
+    if not os.path.exists(path):
+        return {}
+    data = results.read_json(path)
+    rows = [[t["workers"], f"{t['programs_per_s']:.1f}"] for t in data["throughput"]]
+    table = results.markdown_table(["workers", "programs graded / s"], rows)
+    names = {
+        "bwrap_sandbox": "bwrap sandbox (the default)",
+        "unsafe_local": "unsafe_local (same harness and limits, no isolation)",
+        "bare_subprocess": "bare `python -I -S -c` subprocess, no sandbox",
+        "bare_subprocess_with_site": "bare `python3 -c` subprocess (Block-R1's way)",
+    }
+    cost_rows = [[names[k], f"{v * 1000:.1f}"] for k, v in data["per_program_s"].items()]
+    cost = results.markdown_table(["how the program runs", "ms per program (median, one at a time)"], cost_rows)
+    m = data["machine"]
+    text = (
+        f"{data['programs']} small programs (a function and three asserts), graded as `mbpp_reward` grades them, "
+        f"on {data['cpu_count']} CPUs (load average {m['load_average']:.1f} at the start: shared with other jobs).\n\n"
+        + table
+        + "\n"
+        + cost
+        + f"\nThe sandbox adds {data['sandbox_overhead_s'] * 1000:.1f} ms per program over a bare subprocess.\n"
+        + results.provenance_line(data)
+    )
+    return {"code-bench": text}
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
+    load = os.getloadavg()[0]
+    data = measure(args.programs, args.repeats)
+    data["machine"] = {"load_average": load, "platform": sys.platform}
+    data["provenance"] = results.provenance("scripts/bench_code_reward.py", argv if argv is not None else sys.argv[1:])
+    results.write_json(args.out, data)
+    print(readme_blocks(os.path.dirname(os.path.abspath(args.out))).get("code-bench", ""))
+    if args.write_readme:
+        results.write_readme_blocks(readme_blocks(results.DOCS), readme=os.path.join(results.DOCS, DOCS_PAGE))
+
+
+if __name__ == "__main__":
+    main()
