@@ -18,8 +18,9 @@ the unsafe local runner, and does, in this order, before any untrusted code runs
    stderr going to a bounded in-memory sink and reads from stdin raising, under a SIGALRM time limit;
 6. gives the namespace a copy of the builtins as they were before the program ran, runs the test source in it, and
    then each check in turn, writing `<nonce> ok <i>` or `<nonce> fail <i> <exception>` after each; a check that
-   calls a test function calls the function object the TRUSTED test source defined (checked by code-object
-   identity), never whatever the name is bound to, and trace/profile hooks are cleared before each check;
+   calls a test function calls the function the TRUSTED test source bound to that name (its code object must be
+   one compiled from the test source, a wrapper defined there included), never a function of the program, and
+   trace/profile hooks are cleared before each check;
 7. writes `<nonce> end` and leaves with `os._exit(0)` (no atexit hooks, no waiting for the program's threads).
 
 The grader (outside) decides pass/fail from these records alone: every check `ok`, none `fail`, `end` present,
@@ -195,6 +196,12 @@ def main():
         else:
             checks.append(("exec", compile(check["exec"], f"<check {i}>", "exec")))
     trusted_functions = {c.co_name: c for c in tests_code.co_consts if isinstance(c, code_type)}
+    trusted_codes, pending = [], [tests_code]  # every code object of the test source, nested ones (wrappers) too
+    while pending:
+        code = pending.pop()
+        trusted_codes.append(code)
+        pending.extend(c for c in code.co_consts if isinstance(c, code_type))
+    trusted_ids = {id(c) for c in trusted_codes}  # identity: an equal code object built by the program is not it
     for kind, value in checks:
         if kind == "call" and value not in trusted_functions:
             raise ValueError(f"check calls {value!r}, which the test source does not define at top level")
@@ -233,7 +240,7 @@ def main():
         for kind, value in checks:
             if kind == "call":
                 function = namespace.get(value)
-                if getattr(function, "__code__", None) is not trusted_functions[value]:
+                if id(getattr(function, "__code__", None)) not in trusted_ids:
                     raise RuntimeError(f"test function {value!r} was replaced")
                 functions[value] = function
     except BaseException as error:  # noqa: B036

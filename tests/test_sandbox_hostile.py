@@ -408,3 +408,24 @@ def test_null_bytes(bare_sandbox):
     assert res.passed and res.output == "a\x00b\ufffd"
     lone = run(bare_sandbox, "s = '\\ud800'\n", checks=("assert len(s) == 1",))
     assert lone.passed
+
+
+def test_decorated_test_functions_defined_in_the_tests_are_called(bare_sandbox):
+    tests = (
+        "import functools\n"
+        "def twice(f):\n"
+        "    @functools.wraps(f)\n"
+        "    def wrapper():\n"
+        "        f()\n"
+        "        f()\n"
+        "    return wrapper\n"
+        "@twice\n"
+        "def test_add():\n"
+        "    assert add(2, 2) == 4\n"
+    )
+    right = bare_sandbox.run(CodeJob(program="def add(a, b):\n    return a + b\n", tests=tests, test_functions=("test_add",)))
+    wrong = bare_sandbox.run(CodeJob(program=WRONG, tests=tests, test_functions=("test_add",)))
+    assert right.passed and wrong.status == "failed"
+    # A function the program made, with a code object equal to none of the test source's, is refused.
+    swap = WRONG + "import threading, time\ng = globals()\nthreading.Thread(target=lambda: [g.__setitem__('test_add', lambda: None) for _ in range(10**6)], daemon=True).start()\ntime.sleep(0.01)\n"
+    assert not bare_sandbox.run(CodeJob(program=swap, tests=tests, test_functions=("test_add",))).passed
