@@ -440,7 +440,7 @@ def load_mbpp(split="test", *, path=None, data_files=None, num_samples=None, sys
     return _finish(rows, format_mbpp, num_samples, seed)
 
 
-CODE_TASKS = ("kodcode", "humaneval", "mbpp")
+CODE_TASKS = ("kodcode", "humaneval", "mbpp", "tiny_code")  # the tasks whose rewards run programs
 FRACTION_REWARDS = {"kodcode": kodcode_fraction_reward, "mbpp": mbpp_fraction_reward}
 
 
