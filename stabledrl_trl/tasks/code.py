@@ -146,7 +146,9 @@ def kodcode_prompt(row: dict) -> str:
         code = declaration
         if isinstance(doc, str) and doc.strip():
             code += f'\n    """{doc}\n    """'
-        prompt = _head(name if name else "the function") + f"Here is the function to complete:\n```python\n{code}\n```\n"
+        prompt = (
+            _head(name if name else "the function") + f"Here is the function to complete:\n```python\n{code}\n```\n"
+        )
         if prompt.strip():
             return prompt
     question = str(row.get("question", "")).strip()
@@ -393,7 +395,9 @@ def load_kodcode(split="train", *, path=None, data_files=None, num_samples=None,
         rows = load_rows(split, path=KODCODE_HUB_ID, config=None)
     else:
         rows = _local_rows(split, path, data_files)
-    rows = rows.filter(lambda r: isinstance(r.get("question"), str) and bool(r["question"]) and bool(kodcode_tests_of(r)))
+    rows = rows.filter(
+        lambda r: isinstance(r.get("question"), str) and bool(r["question"]) and bool(kodcode_tests_of(r))
+    )
     return _finish(rows, format_kodcode, num_samples, seed)
 
 

@@ -69,7 +69,9 @@ def tiny_code_reward(prompts, completions, **kwargs) -> list[float | None]:
     targets = reward_column(kwargs, "function", len(completions), "tiny_code_reward")
     keys = [None if t is None else (completion_to_text(c).strip(), t) for c, t in zip(completions, targets)]
     unique = list(dict.fromkeys(k for k in keys if k is not None))
-    verdicts = dict(zip(unique, code_sandbox().run_many([tiny_code_job(text, t) for text, t in unique]))) if unique else {}
+    verdicts = (
+        dict(zip(unique, code_sandbox().run_many([tiny_code_job(text, t) for text, t in unique]))) if unique else {}
+    )
     return [None if k is None else float(verdicts[k].passed) for k in keys]
 
 

@@ -25,8 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 from code_problems import PROBLEMS, kodcode_test_source  # noqa: E402
 
 from stabledrl_trl.sandbox import CodeJob, SandboxError, SandboxSettings  # noqa: E402
-from stabledrl_trl.tasks import get_task  # noqa: E402
 from stabledrl_trl.tasks import code as code_tasks  # noqa: E402
+from stabledrl_trl.tasks import get_task  # noqa: E402
 
 if os.environ.get("STABLEDRL_SKIP_SANDBOX_TESTS") == "1":
     pytest.skip("STABLEDRL_SKIP_SANDBOX_TESTS=1", allow_module_level=True)

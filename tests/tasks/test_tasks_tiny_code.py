@@ -7,9 +7,8 @@ import os
 import pytest
 
 from stabledrl_trl.sandbox import SandboxSettings
-from stabledrl_trl.tasks import get_task, load_task_dataset
 from stabledrl_trl.tasks import code as code_tasks
-from stabledrl_trl.tasks import tiny_code
+from stabledrl_trl.tasks import get_task, load_task_dataset, tiny_code
 
 if os.environ.get("STABLEDRL_SKIP_SANDBOX_TESTS") == "1":
     pytest.skip("STABLEDRL_SKIP_SANDBOX_TESTS=1", allow_module_level=True)
