@@ -315,7 +315,13 @@ def _bwrap_args(settings: SandboxSettings) -> list[str]:
     for path in _SYSTEM_FILES:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
+    home = os.path.realpath(os.path.expanduser("~"))
     for path in _python_roots():
+        if path in ("/", home) or home.startswith(path.rstrip("/") + "/"):
+            raise SandboxError(
+                f"code sandbox: the Python installation lives in {path!r}, which would expose the whole file system "
+                "or your home directory to the programs; use a virtual environment in its own folder"
+            )
         if not any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIRS):
             args += ["--ro-bind", path, path]
     args += ["--ro-bind", HARNESS_PATH, SANDBOX_HARNESS, "--proc", "/proc", "--dev", "/dev"]

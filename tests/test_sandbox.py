@@ -137,3 +137,9 @@ def test_unsafe_local_warns_and_keeps_limits(tmp_path):
     env = box.run(CodeJob(program="import os\nv = dict(os.environ)\n", checks=("assert 'HF_TOKEN' not in v",)))
     assert env.passed
     box.close()
+
+
+def test_a_python_installation_holding_home_is_refused(monkeypatch):
+    monkeypatch.setattr(sandbox_module, "_python_roots", lambda: [os.path.dirname(os.path.expanduser("~"))])
+    with pytest.raises(SandboxError, match="would expose the whole file system or your home directory"):
+        CodeSandbox(SandboxSettings())
