@@ -39,9 +39,8 @@ def run(box, program, checks=("assert True",), **job):
 
 
 def probe(box, program):
-    """Run a program that sets `result`; return the repr of `result` the check saw (via a check per candidate)."""
-    res = run(box, program, checks=("assert result is True, result",))
-    return res
+    """Run a program that sets `result` to True when the host is safe from it; passes only if it did."""
+    return run(box, program, checks=("assert result is True, result",))
 
 
 # ---------------------------------------------------------------------------------------------------------------
