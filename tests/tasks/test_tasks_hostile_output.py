@@ -33,6 +33,12 @@ COLUMNS = {
     "countdown": {"numbers": [1, 2, 3], "target": 6},
     "sudoku": {"puzzle": "0234301221034320", "solution": "1234341221434321"},
     "digit_sort": {"answer": "1134", "digits": "4131"},
+    # code tasks: the completions run in the code sandbox (stabledrl_trl/sandbox.py)
+    "kodcode": {"tests": "from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"},
+    "humaneval": {"problem_prompt": "def add(a, b):\n", "test": "def check(f):\n    assert f(1, 2) == 3\n",
+                  "entry_point": "add"},  # fmt: skip
+    "mbpp": {"test_list": ["assert add(1, 2) == 3"]},
+    "tiny_code": {"function": "x+4"},
 }
 REWARDS = [
     (name, func)
