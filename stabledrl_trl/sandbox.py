@@ -43,7 +43,9 @@ import marshal
 import math
 import os
 import platform
+import queue
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -52,6 +54,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +64,7 @@ HARNESS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_ha
 SANDBOX_HARNESS = "/sandbox/code_harness.py"
 BACKENDS = ("bwrap", "unsafe_local")
 GUARDS = ("official", "none")
+MODES = ("zygote", "per_program")
 # Imported before the official guard when the program or tests name them: the official harness forks a process
 # that has them loaded already (importing numpy after the guard fails).
 OFFICIAL_PRELOAD = ("numpy",)
@@ -115,12 +119,27 @@ class SandboxSettings:
         default="official",
         metadata={"help": "'official': disable the functions the official harness disables (parity); 'none'."},
     )
+    mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "'zygote': one long-lived sandbox per worker whose pre-started interpreter forks a child per "
+            "program (fast); 'per_program': a new sandbox and interpreter per program (slower, the strongest "
+            "separation between programs); None: 'zygote' for bwrap, 'per_program' for unsafe_local."
+        },
+    )
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(
                 f"code_sandbox: expected one of {', '.join(BACKENDS)}, got {self.backend!r}; use 'bwrap' (isolated) "
                 "or, only where unisolated execution is acceptable, 'unsafe_local'"
+            )
+        if self.mode is not None and self.mode not in MODES:
+            raise ValueError(f"mode: expected one of {', '.join(MODES)} or None, got {self.mode!r}")
+        if self.mode == "zygote" and self.backend != "bwrap":
+            raise ValueError(
+                f"mode: 'zygote' needs backend 'bwrap' (it relies on a PID namespace of its own), got backend "
+                f"{self.backend!r}; use mode 'per_program' (or leave mode unset)"
             )
         if self.guard not in GUARDS:
             raise ValueError(f"guard: expected one of {', '.join(GUARDS)}, got {self.guard!r}")
@@ -144,6 +163,11 @@ class SandboxSettings:
             )
         if self.max_open_files < 16:
             raise ValueError(f"max_open_files: {self.max_open_files} is too few for Python to start; use at least 16")
+
+    @property
+    def run_mode(self) -> str:
+        """The mode in effect: `mode`, or its default for the backend."""
+        return self.mode or ("zygote" if self.backend == "bwrap" else "per_program")
 
     @property
     def workers(self) -> int:
@@ -260,6 +284,80 @@ def no_new_process_filter(machine: str | None = None) -> bytes | None:
     return b"".join(packed)
 
 
+# In a zygote's child the filter also confines signals to the child itself and refuses what could reach another
+# process of the sandbox or outlive the child: (name, x86_64, aarch64) system call numbers.
+_DENIED_IN_CHILD = (
+    ("ptrace", 101, 117), ("process_vm_readv", 310, 270), ("process_vm_writev", 311, 271),
+    ("pidfd_send_signal", 424, 424), ("pidfd_getfd", 438, 438), ("tkill", 200, 130),
+    ("shmget", 29, 194), ("semget", 64, 190), ("msgget", 68, 186), ("mq_open", 240, 180),
+    ("add_key", 248, 217), ("request_key", 249, 218), ("keyctl", 250, 219),
+)  # fmt: skip
+_KILL = {"x86_64": 62, "aarch64": 129}  # kill(pid, sig): only 0 (own group), its pid, -its pid
+_OWN_PID_FIRST = {"x86_64": (234, 129, 297), "aarch64": (131, 138, 240)}  # tgkill, rt_(tg)sigqueueinfo: own pid
+PID_MARK, NEG_PID_MARK = 0x7FFFFFF1, 0x7FFFFFF2  # replaced by the child's pid and -pid (code_harness._with_pid)
+
+
+def child_filter(machine: str | None = None, *, no_fork: bool = True) -> bytes | None:
+    """The seccomp program a zygote's child installs before the program runs; None on an unknown architecture.
+
+    `no_new_process_filter`'s rules when `no_fork`, plus: the calls of `_DENIED_IN_CHILD` -> EPERM (tracing or
+    reading other processes, System V and POSIX IPC objects and keys that would outlive the child); kill only to
+    pid 0, PID_MARK or NEG_PID_MARK; tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo only to PID_MARK (the child
+    replaces the markers with its pid; comparisons on the low 32 bits of args[0], the kernel's pid_t).
+    """
+    machine = machine or platform.machine()
+    if machine not in _AUDIT_ARCH:
+        return None
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    fork, vfork, clone, clone3 = _PROCESS_SYSCALLS[machine]
+    column = 1 if machine == "x86_64" else 2
+    code: list = [(ld, 0, 0, 4), (jeq, 0, "deny", _AUDIT_ARCH[machine]), (ld, 0, 0, 0)]
+    if machine == "x86_64":
+        code.append((jge, "deny", 0, 0x40000000))
+    for row in _DENIED_IN_CHILD:
+        code.append((jeq, "deny", 0, row[column]))
+    code.append((jeq, "kill", 0, _KILL[machine]))
+    for number in _OWN_PID_FIRST[machine]:
+        code.append((jeq, "own_pid", 0, number))
+    if no_fork:
+        for number in (fork, vfork):
+            if number is not None:
+                code.append((jeq, "deny", 0, number))
+        code += [
+            (jeq, "nosys", 0, clone3),
+            (jeq, 0, "allow", clone),
+            (ld, 0, 0, 16),
+            (jset, "allow", "deny", _CLONE_THREAD),
+        ]
+    else:
+        code.append((ret, 0, 0, _RET_ALLOW))
+    code += [
+        "kill", (ld, 0, 0, 16), (jeq, "allow", 0, 0), (jeq, "allow", 0, PID_MARK), (jeq, "allow", "deny", NEG_PID_MARK),
+        "own_pid", (ld, 0, 0, 16), (jeq, "allow", "deny", PID_MARK),
+        "allow", (ret, 0, 0, _RET_ALLOW), "deny", (ret, 0, 0, _RET_ERRNO | _EPERM),
+        "nosys", (ret, 0, 0, _RET_ERRNO | _ENOSYS),
+    ]  # fmt: skip
+    return _assemble(code)
+
+
+def _assemble(code: list) -> bytes:
+    """Pack (op, jt, jf, k) rows; a str item is a label, and a str jt / jf jumps to it."""
+    labels, rows = {}, []
+    for item in code:
+        if isinstance(item, str):
+            labels[item] = len(rows)
+        else:
+            rows.append(item)
+    packed = []
+    for index, (op, jt, jf, k) in enumerate(rows):
+        jt = labels[jt] - index - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - index - 1 if isinstance(jf, str) else jf
+        if not (0 <= jt < 256 and 0 <= jf < 256):
+            raise AssertionError("seccomp program: jump out of range")
+        packed.append(struct.pack("=HBBI", op, jt, jf, k))
+    return b"".join(packed)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the sandbox
 
@@ -335,6 +433,89 @@ def _clean_env() -> dict[str, str]:
     return {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
 
 
+_RECORD_CAP = 64 * 1024 + 128 * 4096
+_ZYGOTE_MARGIN = 5.0  # seconds past timeout + grace the grader waits for a zygote's answer before ending it
+_ZYGOTE_START = 15.0  # seconds a zygote may take to start (a loaded machine)
+
+
+class _Zygote:
+    """One long-lived bwrap sandbox running `code_harness.py --zygote`; jobs and answers are length-prefixed marshal
+    messages on its stdin / stdout. Never raises after it started: `request` returns None when it ended or stalled."""
+
+    def __init__(self, box: "CodeSandbox"):
+        command = [box._bwrap, *box._bwrap_args, sys.executable, "-I", "-S", SANDBOX_HARNESS, "--zygote"]
+        try:
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, env=_clean_env(), cwd="/",
+                                            start_new_session=True)  # fmt: skip
+        except OSError as error:
+            raise SandboxError(f"code sandbox: could not start bwrap: {error}") from error
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            os.set_blocking(stream.fileno(), False)
+        deadline = time.monotonic() + _ZYGOTE_START + box.settings.timeout
+        reply = self.request({"site_paths": _site_paths()}, deadline)
+        if reply is None or not reply.get("ready"):
+            try:
+                error = os.read(self.process.stderr.fileno(), 4000).decode("utf-8", "replace")
+            except OSError:
+                error = ""
+            self.kill()
+            raise SandboxError(
+                f"code sandbox (bwrap, zygote) did not start (status {self.process.returncode}): {error.strip()!r}. "
+                f"{ENABLE_HINT}"
+            )
+        self.process.stderr.close()
+
+    def request(self, message: dict, deadline: float) -> dict | None:
+        data = marshal.dumps(message)
+        if not self._write(len(data).to_bytes(4, "little") + data, deadline):
+            return None
+        header = self._read(4, deadline)
+        body = self._read(int.from_bytes(header, "little"), deadline) if header is not None else None
+        try:
+            return marshal.loads(body) if body is not None else None
+        except (EOFError, ValueError, TypeError):
+            return None
+
+    def _write(self, data: bytes, deadline: float) -> bool:
+        fd, view = self.process.stdin.fileno(), memoryview(data)
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([], [fd], [], remaining)[1]:
+                return False
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                continue
+            except OSError:
+                return False
+        return True
+
+    def _read(self, size: int, deadline: float) -> bytes | None:
+        fd, chunks = self.process.stdout.fileno(), []
+        while size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return None
+            try:
+                chunk = os.read(fd, size)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def kill(self) -> None:
+        CodeSandbox._kill(self.process)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if not stream.closed:
+                stream.close()
+
+
 class CodeSandbox:
     """Runs `CodeJob`s in a pool of `settings.workers` at a time; checks on creation that the sandbox starts.
 
@@ -365,6 +546,18 @@ class CodeSandbox:
                 f"max_processes: 1 needs a seccomp filter, which this package has for x86_64 and aarch64 only (this "
                 f"machine: {platform.machine()}); set max_processes > 1 to limit processes with RLIMIT_NPROC instead"
             )
+        self._zygote_filter = None
+        if self.settings.run_mode == "zygote":
+            self._zygote_filter = child_filter(no_fork=self.settings.max_processes == 1)
+            if self._zygote_filter is None:
+                raise SandboxError(
+                    f"mode 'zygote' needs a seccomp filter, which this package has for x86_64 and aarch64 only (this "
+                    f"machine: {platform.machine()}); set mode 'per_program'"
+                )
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        self._zygotes: set = set()
+        self._zygote_lock = threading.Lock()
+        self.restarts = 0  # zygotes ended because a run left them dirty, timed out or ended them (for tests, stats)
         self._pool = ThreadPoolExecutor(max_workers=self.settings.workers, thread_name_prefix="code-sandbox")
         if check:
             self.check_start()
@@ -381,6 +574,10 @@ class CodeSandbox:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        with self._zygote_lock:
+            zygotes, self._zygotes = list(self._zygotes), set()
+        for zygote in zygotes:
+            zygote.kill()
 
     def __enter__(self):
         return self
@@ -407,6 +604,66 @@ class CodeSandbox:
         )
 
     # -- one run ----------------------------------------------------------------------------------------------
+
+    def _run(self, job: CodeJob) -> CodeResult:
+        if self._zygote_filter is not None:
+            return self._run_in_zygote(job)
+        return self._run_per_program(job)
+
+    def _run_in_zygote(self, job: CodeJob) -> CodeResult:
+        """Run the job in an idle zygote of this sandbox (started if none is idle).
+
+        A zygote whose run was killed at the time limit, or that reports its state changed ("dirty": files left it
+        could not remove, /dev or its scratch directories altered), is ended; the next job gets a fresh one. A
+        zygote that ends or stalls during a job (only a failure or a program escaping its limits can do that) is
+        ended and the job is judged again in a sandbox of its own (`per_program`), whose verdict is returned.
+        """
+        s = self.settings
+        try:
+            zygote = self._idle.get_nowait()
+        except queue.Empty:
+            zygote = _Zygote(self)
+            with self._zygote_lock:
+                self._zygotes.add(zygote)
+        nonce = secrets.token_hex(16)
+        limits = self._limits()
+        limits.pop("max_processes", None)
+        limits["seccomp_filter"] = self._zygote_filter.hex()
+        limits["pid_placeholders"] = [PID_MARK, NEG_PID_MARK]
+        if s.max_processes > 1:
+            limits["max_processes"] = s.max_processes
+        message = {"limits": limits, "job": self._job_message(job, nonce), "grace": float(s.grace),
+                   "record_cap": _RECORD_CAP}  # fmt: skip
+        started = time.monotonic()
+        reply = zygote.request(message, started + s.timeout + s.grace + _ZYGOTE_MARGIN)
+        seconds = time.monotonic() - started
+        if reply is None or reply.get("dirty") or reply.get("killed"):
+            self._retire(zygote)
+        else:
+            self._idle.put(zygote)
+        if reply is None:
+            return self._run_per_program(job)
+        return self._verdict(job, nonce, reply["records"], reply["output"], reply["killed"], reply["returncode"],
+                             seconds)  # fmt: skip
+
+    def _retire(self, zygote) -> None:
+        zygote.kill()
+        with self._zygote_lock:
+            self._zygotes.discard(zygote)
+            self.restarts += 1
+
+    def _job_message(self, job: CodeJob, nonce: str) -> dict:
+        checks = [{"exec": c} for c in job.checks] + [{"call": name} for name in job.test_functions]
+        text = job.program + "\n" + job.tests
+        return {
+            "nonce": nonce,
+            "program": job.program,
+            "tests": job.tests,
+            "checks": checks,
+            "stop_at_first_failure": job.stop_at_first_failure,
+            "guard": self.settings.guard,
+            "preload": [name for name in OFFICIAL_PRELOAD if name in text],
+        }
 
     def _limits(self) -> dict:
         s = self.settings
@@ -443,25 +700,10 @@ class CodeSandbox:
         os.lseek(fd, 0, os.SEEK_SET)
         return fd
 
-    def _run(self, job: CodeJob) -> CodeResult:
+    def _run_per_program(self, job: CodeJob) -> CodeResult:
         s = self.settings
         nonce = secrets.token_hex(16)
-        checks = [{"exec": c} for c in job.checks] + [{"call": name} for name in job.test_functions]
-        text = job.program + "\n" + job.tests
-        payload = marshal.dumps(
-            {
-                "limits": self._limits(),
-                "job": {
-                    "nonce": nonce,
-                    "program": job.program,
-                    "tests": job.tests,
-                    "checks": checks,
-                    "stop_at_first_failure": job.stop_at_first_failure,
-                    "guard": s.guard,
-                    "preload": [name for name in OFFICIAL_PRELOAD if name in text],
-                },
-            }
-        )
+        payload = marshal.dumps({"limits": self._limits(), "job": self._job_message(job, nonce)})
         read_fd, write_fd = os.pipe()
         seccomp_fd = self._seccomp_fd()
         workdir = tempfile.mkdtemp(prefix="stabledrl-code-") if self._bwrap is None else None
@@ -500,7 +742,7 @@ class CodeSandbox:
     def _communicate(self, process, payload: bytes, read_fd: int, deadline: float):
         """Feed the job, collect the result records and up to max_output_bytes of output; kill at the deadline."""
         cap = self.settings.max_output_bytes
-        record_cap = 64 * 1024 + 128 * 4096
+        record_cap = _RECORD_CAP
         records, output = bytearray(), bytearray()
         selector = selectors.DefaultSelector()
         os.set_blocking(process.stdin.fileno(), False)
@@ -624,5 +866,6 @@ __all__ = [
     "SandboxError",
     "SandboxSettings",
     "bwrap_binary",
+    "child_filter",
     "no_new_process_filter",
 ]

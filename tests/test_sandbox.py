@@ -84,19 +84,25 @@ def test_no_bwrap_binary(monkeypatch):
         CodeSandbox(SandboxSettings())
 
 
-def test_sandbox_failing_mid_run_raises_not_scores(tmp_path):
-    box = CodeSandbox(SandboxSettings(timeout=1.0, num_workers=2))
+@pytest.mark.parametrize("mode", ["zygote", "per_program"])
+def test_sandbox_failing_mid_run_raises_not_scores(tmp_path, mode):
+    box = CodeSandbox(SandboxSettings(timeout=1.0, num_workers=2, mode=mode))
     assert box.run(CodeJob(program="x = 1", checks=("assert x == 1",))).passed
     box._bwrap = _fake_bwrap(tmp_path, "bwrap: Creating new namespace failed")
+    for zygote in list(box._zygotes):
+        zygote.process.kill()  # the running sandboxes end too: the job is judged again in a new one, which fails
     with pytest.raises(SandboxError, match="Creating new namespace failed"):
+        box.run_many([CodeJob(program="x = 1", checks=("assert x == 1",))])
+    with pytest.raises(SandboxError, match="Creating new namespace failed"):  # no zygote left: a new one fails
         box.run_many([CodeJob(program="x = 1", checks=("assert x == 1",))])
     box.close()
 
 
-def test_harness_that_cannot_start_is_a_sandbox_error(monkeypatch):
-    box = CodeSandbox(SandboxSettings(), check=False)
+@pytest.mark.parametrize("mode", ["zygote", "per_program"])
+def test_harness_that_cannot_start_is_a_sandbox_error(monkeypatch, mode):
+    box = CodeSandbox(SandboxSettings(mode=mode), check=False)
     monkeypatch.setattr(sandbox_module, "SANDBOX_HARNESS", "/sandbox/missing_harness.py")
-    with pytest.raises(SandboxError, match="before the harness started") as error:
+    with pytest.raises(SandboxError, match="before the harness started|did not start") as error:
         box.run(CodeJob(program="x = 1", checks=("assert x == 1",)))
     assert "missing_harness.py" in str(error.value)  # the interpreter's own message is passed on
 

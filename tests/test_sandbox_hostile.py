@@ -21,16 +21,25 @@ if os.environ.get("STABLEDRL_SKIP_SANDBOX_TESTS") == "1":
     pytest.skip("STABLEDRL_SKIP_SANDBOX_TESTS=1", allow_module_level=True)
 
 
+MODES = ["zygote", "per_program"]
+
+
+@pytest.fixture(scope="module", params=MODES)
+def mode(request):
+    """Every test runs in both modes: a zygote forking a child per program, and a new sandbox per program."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def sandbox():
-    with CodeSandbox(SandboxSettings(timeout=1.0, grace=0.5, num_workers=2)) as box:
+def sandbox(mode):
+    with CodeSandbox(SandboxSettings(timeout=1.0, grace=0.5, num_workers=2, mode=mode)) as box:
         yield box
 
 
 @pytest.fixture(scope="module")
-def bare_sandbox():
+def bare_sandbox(mode):
     """No official guard: the program sees the real os / subprocess functions, so only the sandbox stops it."""
-    with CodeSandbox(SandboxSettings(timeout=1.0, grace=0.5, num_workers=2, guard="none")) as box:
+    with CodeSandbox(SandboxSettings(timeout=1.0, grace=0.5, num_workers=2, guard="none", mode=mode)) as box:
         yield box
 
 
@@ -227,10 +236,10 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "unsafe_local"])
-def test_background_process_does_not_outlive_the_program(backend):
+@pytest.mark.parametrize("backend, mode", [("bwrap", "zygote"), ("bwrap", "per_program"), ("unsafe_local", None)])
+def test_background_process_does_not_outlive_the_program(backend, mode):
     marker = f"daemon-{uuid.uuid4().hex}"
-    settings = SandboxSettings(backend=backend, timeout=1.0, grace=0.5, max_processes=8, guard="none")
+    settings = SandboxSettings(backend=backend, timeout=1.0, grace=0.5, max_processes=8, guard="none", mode=mode)
     with pytest.warns(UserWarning) if backend == "unsafe_local" else _nullcontext():
         box = CodeSandbox(settings)
     with box:
