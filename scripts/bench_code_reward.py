@@ -4,14 +4,16 @@
 
 Programs: `--programs` small fixed MBPP-style programs written here (a function and three asserts, all passing),
 graded as `mbpp_reward` grades (program, then one check per assert).
-- Throughput: programs graded per second by `CodeSandbox.run_many` with 1, 2 and all (os.cpu_count()) workers;
-  the median of `--repeats` runs.
-- Cost per program, one at a time (median over `--programs` runs): the bwrap sandbox; the unsafe local runner (the
+- Throughput: programs graded per second by `CodeSandbox.run_many` with 1, 2 and all (os.cpu_count()) workers,
+  in both sandbox modes (`zygote`, the default: a long-lived sandbox per worker forking a child per program;
+  `per_program`: a new sandbox per program); the median of `--repeats` runs.
+- Cost per program, one at a time (median over `--programs` runs): the bwrap sandbox in both modes (the zygote
+  started beforehand, by the start-up check, as in training); the unsafe local runner (the
   same harness and limits, no isolation); and two ways peers run programs without a sandbox: a bare
   `python -I -S -c PROGRAM` subprocess and `python3 -c PROGRAM` with `site` (Block-R1's `subprocess.run`). The
   sandbox's cost is its time minus the bare subprocess's.
-- The reward's share of a training step: `--step-share-steps` RL steps of configs/tiny_code.yaml (its SFT warm-up
-  cached first, not counted) with the reward function timed, against TRL's train_runtime.
+- The reward's share of a training step, in both modes: `--step-share-steps` RL steps of configs/tiny_code.yaml
+  (its SFT warm-up cached first, not counted) with the reward function timed, against TRL's train_runtime.
 The numbers depend on the machine's load: the JSON records the CPU count and the load average at the start.
 """
 
@@ -30,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from stabledrl_trl import results  # noqa: E402
 
 JSON_NAME = "bench_code_reward.json"
+MODES = ("zygote", "per_program")  # SandboxSettings.mode
 DOCS_PAGE = "code.md"
 
 
@@ -72,20 +75,23 @@ def measure(n_programs: int, repeats: int) -> dict:
     jobs = [CodeJob(program=p, checks=tuple(a)) for p, a in pairs]
     cpus = os.cpu_count() or 1
     throughput = []
-    for workers in sorted({1, 2, cpus}):
-        with CodeSandbox(SandboxSettings(num_workers=workers)) as box:
-            rates = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                verdicts = box.run_many(jobs)
-                rates.append(len(jobs) / (time.perf_counter() - start))
-                if not all(v.passed for v in verdicts):
-                    raise RuntimeError("a benchmark program failed in the sandbox: the measurement is not valid")
-        throughput.append({"workers": workers, "programs_per_s": statistics.median(rates), "runs": rates})
+    for mode in MODES:
+        for workers in sorted({1, 2, cpus}):
+            with CodeSandbox(SandboxSettings(num_workers=workers, mode=mode)) as box:
+                rates = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    verdicts = box.run_many(jobs)
+                    rates.append(len(jobs) / (time.perf_counter() - start))
+                    if not all(v.passed for v in verdicts):
+                        raise RuntimeError("a benchmark program failed in the sandbox: the measurement is not valid")
+            throughput.append({"mode": mode, "workers": workers, "programs_per_s": statistics.median(rates),
+                               "runs": rates})  # fmt: skip
 
     per_program = {}
-    with CodeSandbox(SandboxSettings(num_workers=1)) as box:
-        per_program["bwrap_sandbox"] = _median_seconds(box.run, jobs)
+    for mode in MODES:
+        with CodeSandbox(SandboxSettings(num_workers=1, mode=mode)) as box:
+            per_program[f"bwrap_{mode}"] = _median_seconds(box.run, jobs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         with CodeSandbox(SandboxSettings(num_workers=1, backend="unsafe_local")) as box:
@@ -103,13 +109,13 @@ def measure(n_programs: int, repeats: int) -> dict:
         "cpu_count": cpus,
         "throughput": throughput,
         "per_program_s": per_program,
-        "sandbox_overhead_s": per_program["bwrap_sandbox"] - per_program["bare_subprocess"],
+        "sandbox_overhead_s": {mode: per_program[f"bwrap_{mode}"] - per_program["bare_subprocess"] for mode in MODES},
     }
 
 
-def step_share(steps: int, output_dir: str) -> dict:
-    """Train configs/tiny_code.yaml for `steps` RL steps (no evaluation) with the reward timed: its share of the
-    training time. The SFT warm-up (cached) is not counted."""
+def step_share(steps: int, output_dir: str, mode: str) -> dict:
+    """Train configs/tiny_code.yaml for `steps` RL steps (no evaluation) with the reward timed and the sandbox in
+    `mode`: its share of the training time. The SFT warm-up (cached) is not counted."""
     import dataclasses
     import functools
 
@@ -136,12 +142,12 @@ def step_share(steps: int, output_dir: str) -> dict:
 
         config = os.path.join(results.REPO_ROOT, "configs", "tiny_code.yaml")
         argv = ["--config", config, "--max_steps", str(steps), "--evaluate_before_after", "false",
-                "--output_dir", output_dir, "--logging_steps", str(steps)]  # fmt: skip
+                "--output_dir", output_dir, "--logging_steps", str(steps), "--code_sandbox_mode", mode]  # fmt: skip
         trainer, _ = train.main(argv=argv)
         train_seconds = trainer.state.log_history[-1]["train_runtime"]
     finally:
         tasks.TASKS["tiny_code"] = spec
-    return {"steps": steps, "train_seconds": train_seconds, "reward_seconds": spend["seconds"],
+    return {"mode": mode, "steps": steps, "train_seconds": train_seconds, "reward_seconds": spend["seconds"],
             "reward_calls": spend["calls"], "completions": spend["completions"],
             "share": spend["seconds"] / train_seconds}  # fmt: skip
 
@@ -152,10 +158,12 @@ def readme_blocks(docs_dir: str) -> dict[str, str]:
     if not os.path.exists(path):
         return {}
     data = results.read_json(path)
-    rows = [[t["workers"], f"{t['programs_per_s']:.1f}"] for t in data["throughput"]]
-    table = results.markdown_table(["workers", "programs graded / s"], rows)
+    mode_names = {"zygote": "zygote (default)", "per_program": "per_program"}
+    rows = [[mode_names[t["mode"]], t["workers"], f"{t['programs_per_s']:.1f}"] for t in data["throughput"]]
+    table = results.markdown_table(["sandbox mode", "workers", "programs graded / s"], rows)
     names = {
-        "bwrap_sandbox": "bwrap sandbox (the default)",
+        "bwrap_zygote": "bwrap sandbox, zygote mode (the default): a forked child per program",
+        "bwrap_per_program": "bwrap sandbox, per_program mode: a new sandbox per program",
         "unsafe_local": "unsafe_local (same harness and limits, no isolation)",
         "bare_subprocess": "bare `python -I -S -c` subprocess, no sandbox",
         "bare_subprocess_with_site": "bare `python3 -c` subprocess (Block-R1's way)",
@@ -163,20 +171,22 @@ def readme_blocks(docs_dir: str) -> dict[str, str]:
     cost_rows = [[names[k], f"{v * 1000:.1f}"] for k, v in data["per_program_s"].items()]
     cost = results.markdown_table(["how the program runs", "ms per program (median, one at a time)"], cost_rows)
     m = data["machine"]
+    overhead = data["sandbox_overhead_s"]
     text = (
         f"{data['programs']} small programs (a function and three asserts), graded as `mbpp_reward` grades them, "
         f"on {data['cpu_count']} CPUs (load average {m['load_average']:.1f} at the start: shared with other jobs).\n\n"
         + table
         + "\n"
         + cost
-        + f"\nThe sandbox adds {data['sandbox_overhead_s'] * 1000:.1f} ms per program over a bare subprocess.\n"
+        + f"\nOver a bare subprocess, the sandbox adds {overhead['zygote'] * 1000:.1f} ms per program in zygote mode "
+        f"(a forked child costs less than a new interpreter, so this can be negative) and "
+        f"{overhead['per_program'] * 1000:.1f} ms in per_program mode.\n"
     )
-    share = data.get("step_share")
-    if share is not None:
+    for share in data.get("step_share") or []:
         text += (
             f"On `configs/tiny_code.yaml` ({share['steps']} RL steps, {share['completions'] // share['reward_calls']} "
-            f"completions a step), grading took {share['reward_seconds']:.1f} s of {share['train_seconds']:.1f} s of "
-            f"training: {100 * share['share']:.0f}% of a step.\n"
+            f"completions a step), {share['mode']} mode: grading took {share['reward_seconds']:.1f} s of "
+            f"{share['train_seconds']:.1f} s of training, {100 * share['share']:.0f}% of a step.\n"
         )
     text += results.provenance_line(data)
     return {"code-bench": text}
@@ -188,7 +198,7 @@ def main(argv=None):
     data = measure(args.programs, args.repeats)
     data["machine"] = {"load_average": load, "platform": sys.platform}
     if args.step_share_steps > 0:
-        data["step_share"] = step_share(args.step_share_steps, args.step_share_dir)
+        data["step_share"] = [step_share(args.step_share_steps, args.step_share_dir, mode) for mode in MODES]
     data["provenance"] = results.provenance("scripts/bench_code_reward.py", argv if argv is not None else sys.argv[1:])
     results.write_json(args.out, data)
     print(readme_blocks(os.path.dirname(os.path.abspath(args.out))).get("code-bench", ""))

@@ -160,6 +160,13 @@ class TrainScriptArguments:
             "'unsafe_local' (resource limits only, NO isolation; warned at start and in the model card)."
         },
     )
+    code_sandbox_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Code tasks, bwrap: 'zygote' (a long-lived sandbox per worker forks a child per program; fast) "
+            "or 'per_program' (a new sandbox per program; slower, the strongest separation). None: 'zygote'."
+        },
+    )
     code_workers: int | None = field(
         default=None, metadata={"help": "Code tasks: programs graded at once. None: the CPU count."}
     )
@@ -178,13 +185,13 @@ class TrainScriptArguments:
         from stabledrl_trl.sandbox import SandboxSettings
 
         return SandboxSettings(backend=self.code_sandbox, num_workers=self.code_workers, timeout=self.code_timeout,
-                               memory_mb=self.code_memory_mb)  # fmt: skip
+                               memory_mb=self.code_memory_mb, mode=self.code_sandbox_mode)  # fmt: skip
 
     def _check_code_fields(self, task) -> None:
         from stabledrl_trl.tasks.code import CODE_TASKS, FRACTION_REWARDS
 
-        defaults = {"code_sandbox": "bwrap", "code_workers": None, "code_timeout": 3.0, "code_memory_mb": 1024,
-                    "code_reward": "official"}  # fmt: skip
+        defaults = {"code_sandbox": "bwrap", "code_sandbox_mode": None, "code_workers": None, "code_timeout": 3.0,
+                    "code_memory_mb": 1024, "code_reward": "official"}  # fmt: skip
         if task.name not in CODE_TASKS:
             for name, default in defaults.items():
                 if getattr(self, name) != default:
@@ -197,7 +204,8 @@ class TrainScriptArguments:
             self.sandbox_settings()
         except ValueError as error:  # SandboxSettings names its own fields: give the script's names
             message = str(error)
-            for key, name in (("timeout", "code_timeout"), ("memory_mb", "code_memory_mb"), ("num_workers", "code_workers")):  # fmt: skip
+            for key, name in (("timeout", "code_timeout"), ("memory_mb", "code_memory_mb"), ("num_workers", "code_workers"),
+                              ("mode", "code_sandbox_mode")):  # fmt: skip
                 if message.startswith(key + ":"):
                     raise ValueError(name + message[len(key) :]) from None
             raise

@@ -57,6 +57,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 
@@ -516,6 +517,14 @@ class _Zygote:
                 stream.close()
 
 
+def _end_zygotes(zygotes: set, lock) -> None:
+    with lock:
+        ending = list(zygotes)
+        zygotes.clear()
+    for zygote in ending:
+        zygote.kill()
+
+
 class CodeSandbox:
     """Runs `CodeJob`s in a pool of `settings.workers` at a time; checks on creation that the sandbox starts.
 
@@ -558,6 +567,7 @@ class CodeSandbox:
         self._zygotes: set = set()
         self._zygote_lock = threading.Lock()
         self.restarts = 0  # zygotes ended because a run left them dirty, timed out or ended them (for tests, stats)
+        weakref.finalize(self, _end_zygotes, self._zygotes, self._zygote_lock)  # also at exit, unclosed
         self._pool = ThreadPoolExecutor(max_workers=self.settings.workers, thread_name_prefix="code-sandbox")
         if check:
             self.check_start()
@@ -574,10 +584,7 @@ class CodeSandbox:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        with self._zygote_lock:
-            zygotes, self._zygotes = list(self._zygotes), set()
-        for zygote in zygotes:
-            zygote.kill()
+        _end_zygotes(self._zygotes, self._zygote_lock)
 
     def __enter__(self):
         return self
@@ -599,7 +606,7 @@ class CodeSandbox:
     def description(self) -> str:
         s = self.settings
         return (
-            f"{s.backend} sandbox: {s.timeout:g} s per program, {s.memory_mb} MiB, "
+            f"{s.backend} sandbox ({s.run_mode}): {s.timeout:g} s per program, {s.memory_mb} MiB, "
             f"{'no new processes' if s.max_processes == 1 else f'{s.max_processes} processes'}, {s.workers} workers"
         )
 

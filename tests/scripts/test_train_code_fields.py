@@ -15,6 +15,9 @@ def test_code_fields_build_the_sandbox_settings(load_script):
                                       code_memory_mb=512)  # fmt: skip
     settings = args.sandbox_settings()
     assert (settings.backend, settings.timeout, settings.num_workers, settings.memory_mb) == ("bwrap", 2.5, 3, 512)
+    assert settings.run_mode == "zygote"
+    per_program = train.TrainScriptArguments(task="kodcode", prompt_style="official", code_sandbox_mode="per_program")
+    assert per_program.sandbox_settings().run_mode == "per_program"
     assert args.anti_short_boxed is False
     assert [f.__name__ for f in args.reward_funcs()] == ["kodcode_reward"]
     args = train.TrainScriptArguments(task="mbpp", prompt_style="official", code_reward="fraction")
@@ -29,6 +32,8 @@ def test_code_fields_build_the_sandbox_settings(load_script):
         ({"task": "kodcode", "prompt_style": "official", "code_workers": 0}, "code_workers: expected a positive integer"),
         ({"task": "kodcode", "prompt_style": "official", "code_memory_mb": 64}, "code_memory_mb: 64 MiB is too little"),
         ({"task": "kodcode", "prompt_style": "official", "code_sandbox": "docker"}, "code_sandbox: expected one of bwrap, unsafe_local"),
+        ({"task": "kodcode", "prompt_style": "official", "code_sandbox_mode": "fork"}, "code_sandbox_mode: expected one of zygote, per_program"),
+        ({"task": "gsm8k", "code_sandbox_mode": "per_program"}, "code_sandbox_mode: set to 'per_program', but it applies to the code tasks"),
         ({"task": "humaneval", "prompt_style": "official", "code_reward": "fraction"}, "code_reward: 'fraction' exists for kodcode, mbpp"),
         ({"task": "kodcode", "prompt_style": "official", "code_reward": "partial"}, "code_reward: expected 'official' or 'fraction'"),
         ({"task": "kodcode"}, "prompt_style: task 'kodcode' has the styles official only; set prompt_style: official"),
