@@ -23,6 +23,14 @@ the unsafe local runner, and does, in this order, before any untrusted code runs
    trace/profile hooks are cleared before each check;
 7. writes `<nonce> end` and leaves with `os._exit(0)` (no atexit hooks, no waiting for the program's threads).
 
+Zygote mode (`code_harness.py --zygote`, only as the first process of a fresh PID namespace): the interpreter starts
+once per sandbox, then reads jobs (length-prefixed marshal on fd 0) and for each forks a child that resets its
+signals, takes a new process group, works in /tmp, and runs steps 1-7 above (the seccomp filter then also confines
+its signals to itself, see `sandbox.child_filter`); the zygote reads the child's records and output (bounded),
+kills it at `timeout + grace`, kills every other process of the namespace and reaps them (it is the namespace's
+init), empties /tmp and /dev/shm, and answers with the records, the output and whether anything it checks was
+left changed ("dirty": the grader then ends this sandbox). The zygote is not dumpable and ignores catchable signals.
+
 The grader (outside) decides pass/fail from these records alone: every check `ok`, none `fail`, `end` present,
 all carrying the nonce it drew for this run. The exit status and the program's output are never read for the
 verdict. What this does and does not protect against is written in docs/code.md.
@@ -407,9 +415,9 @@ def _serve(message):
             os.kill(target, _signal.SIGKILL)
         except OSError:
             pass
-    os.kill(-1, _signal.SIGKILL)  # every process of this PID namespace except this one and its init
+    os.kill(-1, _signal.SIGKILL)  # every process of this PID namespace except this one, its init
     _, status = os.waitpid(pid, 0)
-    while True:  # a child subreaper: every descendant is reaped here, so none is left when this loop ends
+    while True:  # the init: every process of the namespace is reaped here, so none is left when this loop ends
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
@@ -429,10 +437,12 @@ def _monotonic():
 def zygote():
     """Serve jobs (length-prefixed marshal on fd 0, answers on fd 1) until the grader closes fd 0.
 
-    Runs only as the first process of a fresh PID namespace (bubblewrap's init is 1, this is 2): it kills every
-    other process of the namespace after each job, which must never reach processes outside a sandbox.
+    Runs only as the init (pid 1) of a fresh PID namespace (`bwrap --as-pid-1`): it kills every other process of the
+    namespace after each job, which must never reach processes outside a sandbox. Being the init also means no other
+    process holds its control pipes (a program cannot open them through /proc/1/fd: this process is not dumpable)
+    and no process of the namespace can kill or stop it.
     """
-    if os.getpid() != 2 or os.getppid() != 1:
+    if os.getpid() != 1:
         os.write(2, b"code_harness --zygote runs only inside a fresh PID namespace (bubblewrap)\n")
         os._exit(2)
     import ctypes
@@ -443,8 +453,8 @@ def zygote():
     import time  # noqa: F401
 
     libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_dumpable, pr_set_child_subreaper = 4, 36
-    if libc.prctl(pr_set_dumpable, 0, 0, 0, 0) != 0 or libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
+    pr_set_dumpable = 4
+    if libc.prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl failed")  # not dumpable: no ptrace, no /proc/<pid>/mem of this
     for signum in range(1, _signal.NSIG):
         if signum not in (_signal.SIGKILL, _signal.SIGSTOP, _signal.SIGCHLD):
@@ -455,6 +465,11 @@ def zygote():
     handshake = marshal.loads(_read_exact(0, int.from_bytes(_read_exact(0, 4), "little")))
     sys.path.extend(handshake.get("site_paths", ()))
     os.chdir("/")
+    import faulthandler  # noqa: F401 - imported by the official guard in every child
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the children's collections then skip the zygote's objects (fewer copy-on-write page faults)
     snapshot = _state()
     _send(1, {"ready": True})
     while True:

@@ -14,6 +14,12 @@ Backends (`SandboxSettings.backend`):
   there at all; a private /tmp (tmpfs of `tmp_size_mb`) as working directory; an empty environment (PATH, HOME=/tmp,
   LANG only). When the program's process ends, or the grader kills it at the wall-clock limit, the PID namespace
   ends and every process the program started dies with it.
+  Modes (`SandboxSettings.mode`): "zygote" (default) keeps one such sandbox per worker, running
+  `code_harness.py --zygote`, which forks a child per program; the child applies the limits and a seccomp filter
+  that also confines its signals to itself (`child_filter`), and after each program the zygote kills every other
+  process of the namespace and empties /tmp and /dev/shm; a run killed at the limit or leaving the sandbox changed
+  ends that sandbox (a fresh one serves the next program), and a run whose sandbox ends or stalls is judged again
+  per program. "per_program" starts a new sandbox and interpreter for every program.
 - "unsafe_local": the same harness as a plain child process: a clean environment, a fresh temporary working
   directory, its own session (killed as a process group) and the same resource limits, but NO file-system, network
   or process isolation. For machines without user namespaces only; it warns when created.
@@ -444,7 +450,9 @@ class _Zygote:
     messages on its stdin / stdout. Never raises after it started: `request` returns None when it ended or stalled."""
 
     def __init__(self, box: "CodeSandbox"):
-        command = [box._bwrap, *box._bwrap_args, sys.executable, "-I", "-S", SANDBOX_HARNESS, "--zygote"]
+        # --as-pid-1: the zygote is the namespace's init (no bwrap init process holding its control pipes, which a
+        # program could open through /proc/1/fd; an init cannot be killed or stopped from inside its namespace).
+        command = [box._bwrap, *box._bwrap_args, "--as-pid-1", sys.executable, "-I", "-S", SANDBOX_HARNESS, "--zygote"]
         try:
             self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, env=_clean_env(), cwd="/",

@@ -33,7 +33,7 @@ PROBE = CodeJob(
         "         'pwned' in globals(), os.getcwd(), os.access('/tmp', os.W_OK), os.getppid(),\n"
         "         os.path.islink('/dev/stdin') and os.readlink('/dev/stdin'))\n"
     ),
-    checks=("assert state == ([], [], 1, '[1]', 2, [], False, '/tmp', True, 2, '/proc/self/fd/0'), state",),
+    checks=("assert state == ([], [], 1, '[1]', 2, [], False, '/tmp', True, 1, '/proc/self/fd/0'), state",),
 )
 
 
@@ -77,16 +77,30 @@ HOSTILE = {
     ),
     "signals_to_the_zygote_and_init": (
         "import os, signal\nerrors = 0\n"
-        "for pid in (os.getppid(), 1, 2, -1, -2, -os.getppid()):\n"
+        "for pid in (os.getppid(), 1, -1, -os.getppid(), os.getpid() + 1, 300):\n"
         "    for sig in (signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL, signal.SIGUSR1):\n"
         "        try:\n            os.kill(pid, sig)\n"
-        "        except OSError:\n            errors += 1\n"
+        "        except PermissionError:\n            errors += 1\n"
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        f"errors += libc.syscall({TGKILL}, 2, 2, signal.SIGKILL) == -1\n"
-        f"errors += libc.syscall({TKILL}, 2, signal.SIGKILL) == -1\n"
-        "try:\n    open('/proc/2/mem', 'r+b')\n"
-        "except OSError:\n    errors += 1\n"
-        "assert errors == 27, errors\n"
+        f"errors += libc.syscall({TGKILL}, 1, 1, signal.SIGKILL) == -1\n"
+        f"errors += libc.syscall({TKILL}, 1, signal.SIGKILL) == -1\n"
+        # The zygote's memory and its control pipes (a forged answer would shift the next program's verdict).
+        "for attempt in (lambda: open('/proc/1/mem', 'r+b'), lambda: open('/proc/1/fd/0', 'rb'),\n"
+        "                lambda: open('/proc/1/fd/1', 'wb'), lambda: os.readlink('/proc/1/fd/1')):\n"
+        "    try:\n        attempt()\n"
+        "    except PermissionError:\n        errors += 1\n"
+        "assert os.getppid() == 1 and errors == 30, errors\n"
+    ),
+    "forged_answers": (  # an answer frame the grader would take for this run, the real one then for the next
+        "import marshal, os\n"
+        "body = marshal.dumps({'records': b'', 'output': b'', 'killed': False, 'returncode': 0, 'dirty': False})\n"
+        "frame = len(body).to_bytes(4, 'little') + body\n"
+        "for path in ('/proc/1/fd/1', '/proc/1/fd/0', '/proc/1/fd/2'):\n"
+        "    try:\n        open(path, 'wb').write(frame)\n"
+        "    except OSError:\n        pass\n"
+        "for fd in range(64):\n"
+        "    try:\n        os.write(fd, frame)\n"
+        "    except OSError:\n        pass\n"
     ),
     "dev_altered": "import os\nos.unlink('/dev/stdin')\nos.symlink('/tmp/evil', '/dev/stdin')\nopen('/dev/new', 'w')\n",
     "scratch_permissions": "import os\nos.chmod('/tmp', 0)\nos.chmod('/dev/shm', 0)\n",
