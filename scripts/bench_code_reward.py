@@ -7,8 +7,9 @@ graded as `mbpp_reward` grades (program, then one check per assert).
 - Throughput: programs graded per second by `CodeSandbox.run_many` with 1, 2 and all (os.cpu_count()) workers,
   in both sandbox modes (`zygote`, the default: a long-lived sandbox per worker forking a child per program;
   `per_program`: a new sandbox per program); the median of `--repeats` runs.
-- Cost per program, one at a time (median over `--programs` runs): the bwrap sandbox in both modes (the zygote
-  started beforehand, by the start-up check, as in training); the unsafe local runner (the
+- Cost per program, one at a time (median over `--programs` programs, the ways below taking turns on each
+  program): the bwrap sandbox in both modes (the zygote started beforehand, by the start-up check, as in
+  training); the unsafe local runner (the
   same harness and limits, no isolation); and two ways peers run programs without a sandbox: a bare
   `python -I -S -c PROGRAM` subprocess and `python3 -c PROGRAM` with `site` (Block-R1's `subprocess.run`). The
   sandbox's cost is its time minus the bare subprocess's.
@@ -59,15 +60,6 @@ def programs(n: int) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _median_seconds(run, items) -> float:
-    times = []
-    for item in items:
-        start = time.perf_counter()
-        run(item)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def measure(n_programs: int, repeats: int) -> dict:
     from stabledrl_trl.sandbox import CodeJob, CodeSandbox, SandboxSettings
 
@@ -88,21 +80,29 @@ def measure(n_programs: int, repeats: int) -> dict:
             throughput.append({"mode": mode, "workers": workers, "programs_per_s": statistics.median(rates),
                                "runs": rates})  # fmt: skip
 
-    per_program = {}
-    for mode in MODES:
-        with CodeSandbox(SandboxSettings(num_workers=1, mode=mode)) as box:
-            per_program[f"bwrap_{mode}"] = _median_seconds(box.run, jobs)
+    # One program at a time, the ways of running it taking turns on each program (a change of the machine's load
+    # then reaches every way alike).
+    sources = [p + "\n" + "\n".join(a) + "\n" for p, a in pairs]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        with CodeSandbox(SandboxSettings(num_workers=1, backend="unsafe_local")) as box:
-            per_program["unsafe_local"] = _median_seconds(box.run, jobs)
-    sources = [p + "\n" + "\n".join(a) + "\n" for p, a in pairs]
-    per_program["bare_subprocess"] = _median_seconds(
-        lambda src: subprocess.run([sys.executable, "-I", "-S", "-c", src], check=True, capture_output=True), sources
-    )
-    per_program["bare_subprocess_with_site"] = _median_seconds(
-        lambda src: subprocess.run([sys.executable, "-c", src], check=True, capture_output=True), sources
-    )
+        boxes = {f"bwrap_{mode}": CodeSandbox(SandboxSettings(num_workers=1, mode=mode)) for mode in MODES}
+        boxes["unsafe_local"] = CodeSandbox(SandboxSettings(num_workers=1, backend="unsafe_local"))
+    ways = {name: (lambda i, box=box: box.run(jobs[i])) for name, box in boxes.items()}
+    ways["bare_subprocess"] = lambda i: subprocess.run([sys.executable, "-I", "-S", "-c", sources[i]], check=True,
+                                                       capture_output=True)  # fmt: skip
+    ways["bare_subprocess_with_site"] = lambda i: subprocess.run([sys.executable, "-c", sources[i]], check=True,
+                                                                 capture_output=True)  # fmt: skip
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for i in range(len(jobs)):
+        for name, way in ways.items():
+            start = time.perf_counter()
+            result = way(i)
+            times[name].append(time.perf_counter() - start)
+            if name in boxes and not result.passed:
+                raise RuntimeError("a benchmark program failed in the sandbox: the measurement is not valid")
+    for box in boxes.values():
+        box.close()
+    per_program = {name: statistics.median(values) for name, values in times.items()}
     return {
         "programs": n_programs,
         "repeats": repeats,
