@@ -601,7 +601,8 @@ class CodeSandbox:
         self.close()
 
     def check_start(self) -> None:
-        """Raise SandboxError unless a right program passes and a wrong one fails in this sandbox."""
+        """Raise SandboxError unless a right program passes and a wrong one fails in this sandbox; in zygote mode,
+        then start the other workers' zygotes."""
         good = self._run(CodeJob(program="x = 6 * 7", checks=("assert x == 42",)))
         bad = self._run(CodeJob(program="x = 6 * 7", checks=("assert x == 41",)))
         if not good.passed or bad.passed:
@@ -609,6 +610,13 @@ class CodeSandbox:
                 f"code sandbox ({self.settings.backend}): the start-up check judged a right program {good.status} "
                 f"and a wrong one {bad.status} ({good.detail or bad.detail}); {ENABLE_HINT}"
             )
+        if self._zygote_filter is not None:  # start every worker's zygote now, not during the first step
+            with self._zygote_lock:
+                missing = self.settings.workers - len(self._zygotes)
+            for zygote in self._pool.map(lambda _: _Zygote(self), range(max(0, missing))):
+                with self._zygote_lock:
+                    self._zygotes.add(zygote)
+                self._idle.put(zygote)
 
     @property
     def description(self) -> str:

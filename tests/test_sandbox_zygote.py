@@ -132,6 +132,16 @@ def test_dirty_state_restarts_the_zygote(box):
     assert_next_programs_judged_right(box)
 
 
+def test_start_up_check_starts_a_zygote_per_worker():
+    with CodeSandbox(SandboxSettings(timeout=1.0, num_workers=3, guard="none")) as sandbox:
+        assert len(sandbox._zygotes) == 3
+        results = sandbox.run_many([RIGHT, WRONG, PROBE] * 3)
+        assert [r.status for r in results] == ["passed", "failed", "passed"] * 3
+        assert len(sandbox._zygotes) == 3 and sandbox.restarts == 0
+        zygotes = list(sandbox._zygotes)
+    assert all(z.process.poll() is not None for z in zygotes)  # closing the sandbox ends them
+
+
 def test_honest_programs_reuse_one_zygote(box):
     results = box.run_many([RIGHT, WRONG, PROBE] * 5)
     assert [r.status for r in results] == ["passed", "failed", "passed"] * 5
