@@ -188,6 +188,16 @@ def readme_blocks(docs_dir: str) -> dict[str, str]:
             f"completions a step), {share['mode']} mode: grading took {share['reward_seconds']:.1f} s of "
             f"{share['train_seconds']:.1f} s of training, {100 * share['share']:.0f}% of a step.\n"
         )
+    shares = {share["mode"]: share["share"] for share in data.get("step_share") or []}
+    verdict = {True: "met", False: "not met"}
+    text += (
+        f"Goals of the code issue, in this run: the sandbox adds under 50 ms per program: "
+        f"{verdict[overhead['zygote'] < 0.05]} in zygote mode, {verdict[overhead['per_program'] < 0.05]} in "
+        "per_program mode"
+    )
+    if "zygote" in shares:
+        text += f"; grading under 10% of a tiny_code step: {verdict[shares['zygote'] < 0.10]} in zygote mode"
+    text += ".\n"
     text += results.provenance_line(data)
     return {"code-bench": text}
 
