@@ -166,6 +166,71 @@ class TrainScriptArguments:
         },
     )
 
+    # --- code tasks (kodcode, humaneval, mbpp): the sandbox that runs the model's programs (docs/code.md)
+    code_sandbox: str = field(
+        default="bwrap",
+        metadata={
+            "help": "Code tasks: 'bwrap' (isolated: no network, read-only system files only, no host files) or "
+            "'unsafe_local' (resource limits only, NO isolation; warned at start and in the model card)."
+        },
+    )
+    code_sandbox_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Code tasks, bwrap: 'zygote' (a long-lived sandbox per worker forks a child per program; fast) "
+            "or 'per_program' (a new sandbox per program; slower, the strongest separation). None: 'zygote'."
+        },
+    )
+    code_workers: int | None = field(
+        default=None, metadata={"help": "Code tasks: programs graded at once. None: the CPU count."}
+    )
+    code_timeout: float = field(default=3.0, metadata={"help": "Code tasks: seconds per program (official: 3)."})
+    code_memory_mb: int = field(default=1024, metadata={"help": "Code tasks: address-space limit per program, MiB."})
+    code_reward: str = field(
+        default="official",
+        metadata={
+            "help": "Code tasks: 'official' (kodcode +1 / -1, humaneval / mbpp 1 / 0 per program) or 'fraction' "
+            "(the fraction of tests passed; kodcode and mbpp)."
+        },
+    )
+
+    def sandbox_settings(self):
+        """The code sandbox's settings from the code_* fields (checked: an error names the field)."""
+        from stabledrl_trl.sandbox import SandboxSettings
+
+        return SandboxSettings(backend=self.code_sandbox, num_workers=self.code_workers, timeout=self.code_timeout,
+                               memory_mb=self.code_memory_mb, mode=self.code_sandbox_mode)  # fmt: skip
+
+    def _check_code_fields(self, task) -> None:
+        from stabledrl_trl.tasks.code import CODE_TASKS, FRACTION_REWARDS
+
+        defaults = {"code_sandbox": "bwrap", "code_sandbox_mode": None, "code_workers": None, "code_timeout": 3.0,
+                    "code_memory_mb": 1024, "code_reward": "official"}  # fmt: skip
+        if task.name not in CODE_TASKS:
+            for name, default in defaults.items():
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}: set to {getattr(self, name)!r}, but it applies to the code tasks "
+                        f"({', '.join(CODE_TASKS)}) only and task is {task.name!r}; remove {name}"
+                    )
+            return
+        try:
+            self.sandbox_settings()
+        except ValueError as error:  # SandboxSettings names its own fields: give the script's names
+            message = str(error)
+            for key, name in (("timeout", "code_timeout"), ("memory_mb", "code_memory_mb"), ("num_workers", "code_workers"),
+                              ("mode", "code_sandbox_mode")):  # fmt: skip
+                if message.startswith(key + ":"):
+                    raise ValueError(name + message[len(key) :]) from None
+            raise
+        if self.code_reward not in ("official", "fraction"):
+            raise ValueError(f"code_reward: expected 'official' or 'fraction', got {self.code_reward!r}")
+        if self.code_reward == "fraction" and task.name not in FRACTION_REWARDS:
+            raise ValueError(
+                f"code_reward: 'fraction' exists for {', '.join(FRACTION_REWARDS)}, not {task.name!r} (one check per "
+                "problem); use code_reward: official"
+            )
+
     def __post_init__(self):
         from stabledrl_trl.tasks import PROMPT_STYLES, get_task
         from stabledrl_trl.tasks.math import check_problem_filter
@@ -181,6 +246,11 @@ class TrainScriptArguments:
         task = get_task(self.task)
         for name in ("prompt_style", "reward_style"):
             if getattr(self, name) not in task.prompt_styles:
+                if task.styles is not None:  # a task with its own set of styles (the code tasks: official only)
+                    raise ValueError(
+                        f"{name}: task {task.name!r} has the styles {', '.join(task.styles)} only; set {name}: "
+                        f"{task.styles[0]}"
+                    )
                 raise ValueError(
                     f"{name}: task {task.name!r} has no official StableDRL form; set {name}: tagged (official forms "
                     "exist for gsm8k, math, countdown and sudoku)"
@@ -191,7 +261,7 @@ class TrainScriptArguments:
                 "their own wording; remove system_prompt or set prompt_style: tagged"
             )
         if self.anti_short_boxed is None:
-            self.anti_short_boxed = self.reward_style == "official"
+            self.anti_short_boxed = self.reward_style == "official" and task.official_anti_short_boxed
         if not isinstance(self.eval_draws, int) or isinstance(self.eval_draws, bool) or self.eval_draws < 1:
             raise ValueError(
                 f"eval_draws: expected a positive integer, got {self.eval_draws!r}; 4 draws or more "
@@ -205,6 +275,7 @@ class TrainScriptArguments:
                     "task: math"
                 )
         check_problem_filter(**self.problem_filter(), level_name="math_max_level")
+        self._check_code_fields(task)
         if self.console not in ("short", "full"):
             raise ValueError(f"console: expected 'short' or 'full', got {self.console!r}")
 
@@ -219,7 +290,10 @@ class TrainScriptArguments:
     def reward_funcs(self) -> list:
         """The reward functions of the chosen task and reward style (with the anti-short-boxed term if on)."""
         from stabledrl_trl.tasks import get_task
+        from stabledrl_trl.tasks.code import FRACTION_REWARDS
 
+        if self.code_reward == "fraction":
+            return [FRACTION_REWARDS[get_task(self.task).name]]
         return get_task(self.task).reward_funcs_for(self.reward_style, anti_short_boxed=self.anti_short_boxed)
 
 
@@ -285,6 +359,37 @@ def build_model_init_kwargs(training_args, model_args) -> dict:
     if model_args.attn_implementation is not None:
         kwargs["attn_implementation"] = model_args.attn_implementation
     return kwargs
+
+
+UNSAFE_CARD_WARNING = (
+    "\n\n## Warning: code rewards ran without isolation\n\nThis model was trained with `code_sandbox: "
+    "unsafe_local`: the programs it wrote during training ran with resource limits but without a sandbox (they "
+    "could read and write the training machine's files and use its network). See stabledrl_trl's docs/code.md.\n"
+)
+
+
+def _start_code_sandbox(script_args, task):
+    """For a code task: start the sandbox and run its start-up check now (SandboxError says why and what to do)."""
+    from stabledrl_trl.tasks.code import CODE_TASKS, configure_code_sandbox
+
+    if task.name not in CODE_TASKS:
+        return None
+    box = configure_code_sandbox(script_args.sandbox_settings())
+    print(f"code rewards: {box.description}", flush=True)
+    if box.settings.backend == "unsafe_local":
+        warnings.warn(
+            "code_sandbox: unsafe_local runs the model's programs WITHOUT isolation; the model card will say so",
+            UserWarning,
+            stacklevel=2,
+        )
+    return box
+
+
+def _warn_in_model_card(output_dir: str) -> None:
+    path = os.path.join(output_dir, "README.md")
+    if os.path.exists(path):
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(UNSAFE_CARD_WARNING)
 
 
 def eval_sampler_settings(args, script_args):
@@ -521,6 +626,7 @@ def _run(script_args, training_args, model_args):
     if script_args.evaluate_before_after:
         eval_sampler_settings(training_args, script_args)  # a bad eval_temperature: training's message, at once
     task = get_task(script_args.task)
+    code_box = _start_code_sandbox(script_args, task)  # code tasks: the sandbox must start before any model loads
     if script_args.num_threads is not None:
         torch.set_num_threads(script_args.num_threads)
 
@@ -585,6 +691,8 @@ def _run(script_args, training_args, model_args):
     trainer.save_model(training_args.output_dir)
     # the model card (README.md: how to load and decode); TRL writes it with checkpoints only
     trainer.create_model_card(model_name=os.path.basename(os.path.normpath(training_args.output_dir)))
+    if code_box is not None and code_box.settings.backend == "unsafe_local":
+        _warn_in_model_card(training_args.output_dir)
     trainer.save_state()  # trainer_state.json with the log history, for scripts/plot_training_curves.py
     if script_args.evaluate_before_after:
         results["after"] = _evaluate(

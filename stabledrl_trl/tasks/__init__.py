@@ -51,6 +51,8 @@ class TaskSpec:
     description: str = ""
     official_reward: Callable | None = None  # the official StableDRL grading of the task (None: it has none)
     official_full_score: float = 1.0  # official score of a fully right completion (held-out accuracy counts these)
+    styles: tuple[str, ...] | None = None  # the prompt styles it has when not the default rule (code: official only)
+    official_anti_short_boxed: bool = True  # the official code adds the anti-short-boxed term (not to code rewards)
 
     @property
     def correctness_reward(self) -> Callable:
@@ -59,6 +61,8 @@ class TaskSpec:
     @property
     def prompt_styles(self) -> tuple[str, ...]:
         """The prompt (and reward) styles this task has: ("tagged",) or ("tagged", "official")."""
+        if self.styles is not None:
+            return self.styles
         return PROMPT_STYLES if self.official_reward is not None else ("tagged",)
 
     def reward_funcs_for(self, style: str = "tagged", *, anti_short_boxed: bool | None = None) -> list[Callable]:
@@ -75,7 +79,7 @@ class TaskSpec:
                 f"(official grading exists for {', '.join(n for n, t in TASKS.items() if t.official_reward)})"
             )
         funcs = list(self.reward_funcs) if style == "tagged" else [self.official_reward]
-        if anti_short_boxed if anti_short_boxed is not None else style == "official":
+        if anti_short_boxed if anti_short_boxed is not None else style == "official" and self.official_anti_short_boxed:
             funcs.append(anti_short_boxed_reward)
         return funcs
 
@@ -193,5 +197,6 @@ __all__ = [
     "last_boxed",
     "load_task_dataset",
 ]
-# registers the built-in generated tasks "digit_sort" and "digit_sort_long" (32-64 scored tokens)
-from . import digit_sort, digit_sort_long  # noqa: E402, F401
+# Each registers its tasks: "digit_sort" and "digit_sort_long" (generated; 32-64 scored tokens); "kodcode",
+# "humaneval", "mbpp" and the generated "tiny_code", graded in the code sandbox.
+from . import code, digit_sort, digit_sort_long, tiny_code  # noqa: E402, F401

@@ -201,7 +201,10 @@ def test_task_style_of_each_config(path, load_script):
     script_args, training_args, _ = train.make_parser().parse_args_and_config(["--config", path, "--use_cpu", "true"])
     names = [f.__name__ for f in script_args.reward_funcs()]
     task = OFFICIAL_CONFIGS.get(os.path.basename(path))
-    if task is not None:  # the official recipes: official prompts and grading, plus the anti-short-boxed term
+    if script_args.task in ("kodcode", "humaneval", "mbpp"):  # code: official prompts, unit-test reward only
+        assert (script_args.prompt_style, script_args.anti_short_boxed) == ("official", False)
+        assert names == [f"{script_args.task}_reward"]
+    elif task is not None:  # the official recipes: official prompts and grading, plus the anti-short-boxed term
         assert (script_args.prompt_style, script_args.reward_style, script_args.anti_short_boxed) == (
             "official",
             "official",

@@ -34,6 +34,12 @@ COLUMNS = {
     "sudoku": {"puzzle": "0234301221034320", "solution": "1234341221434321"},
     "digit_sort": {"answer": "1134", "digits": "4131"},
     "digit_sort_long": {"answer": "0" * 15 + "1" * 16, "digits": "01" * 15 + "1"},
+    # code tasks: the completions run in the code sandbox (stabledrl_trl/sandbox.py)
+    "kodcode": {"tests": "from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"},
+    "humaneval": {"problem_prompt": "def add(a, b):\n", "test": "def check(f):\n    assert f(1, 2) == 3\n",
+                  "entry_point": "add"},  # fmt: skip
+    "mbpp": {"test_list": ["assert add(1, 2) == 3"]},
+    "tiny_code": {"function": "x+4"},
 }
 REWARDS = [
     (name, func)
