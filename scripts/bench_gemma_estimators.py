@@ -1,7 +1,8 @@
 """DiffusionGemma's uniform-noise estimator: its noise at theta = theta_old, per form and self-conditioning choice.
 
     python scripts/bench_gemma_estimators.py                  # writes docs/bench_gemma_estimators.json
-    python scripts/bench_gemma_estimators.py --write-docs     # also the table in docs/diffusion_gemma.md
+    python scripts/bench_gemma_estimators.py --write-readme   # also the table in docs/diffusion_gemma.md
+    python scripts/bench_gemma_estimators.py --readme-only    # the table from the committed JSON alone
 
 Measured as `scripts/bench_estimators.py` measures the masked estimators: at theta = theta_old a StableDRL / GRPO
 log-ratio is the difference of two independent estimates of the same model on the same completion, pure estimator
@@ -25,8 +26,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-DEFAULT_OUTPUT = os.path.join("docs", "bench_gemma_estimators.json")
-DOCS = os.path.join("docs", "diffusion_gemma.md")
+JSON_NAME = "bench_gemma_estimators.json"
+BLOCK = "bench_gemma_estimators"
 BASELINE = ("block_random", 2, "off")
 
 
@@ -117,23 +118,43 @@ def render(data: dict) -> str:
     return intro + markdown_table(head, rows) + "\n" + provenance_line(data)
 
 
-def main(argv=None):
-    from stabledrl_trl.results import provenance, write_json, write_readme_blocks
+def readme_blocks(docs_dir: str) -> dict[str, str]:
+    """{block: table} rendered from the committed JSON in `docs_dir` alone ({} when absent)."""
+    from stabledrl_trl.results import read_json
+
+    path = os.path.join(docs_dir, JSON_NAME)
+    return {BLOCK: render(read_json(path))} if os.path.exists(path) else {}
+
+
+def make_parser() -> argparse.ArgumentParser:
+    from stabledrl_trl.results import DOCS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--repeats", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-threads", type=int, default=1)
-    p.add_argument("--output", default=DEFAULT_OUTPUT)
-    p.add_argument("--write-docs", action="store_true")
-    a = p.parse_args(argv)
+    p.add_argument("--docs-dir", default=DOCS, help="where the JSON is written (and read by --readme-only)")
+    p.add_argument("--write-readme", "--write-docs", action="store_true", help="also write the docs table")
+    p.add_argument("--readme-only", action="store_true", help="measure nothing: re-render the table from the JSON")
+    return p
+
+
+def main(argv=None):
+    from stabledrl_trl.results import provenance, rewrite_readme_only, write_json, write_readme_blocks
+
+    a = make_parser().parse_args(argv)
+    if a.readme_only:
+        blocks = readme_blocks(a.docs_dir)
+        rewrite_readme_only(blocks, a.docs_dir, JSON_NAME)
+        return blocks
     data = {"provenance": provenance("scripts/bench_gemma_estimators.py", argv), **measure(a)}
-    write_json(a.output, data)
+    write_json(os.path.join(a.docs_dir, JSON_NAME), data)
     text = render(data)
     print(text)
-    if a.write_docs:
-        write_readme_blocks({"bench_gemma_estimators": text}, readme=DOCS)
+    if a.write_readme:
+        write_readme_blocks({BLOCK: text})
+    return data
 
 
 if __name__ == "__main__":
