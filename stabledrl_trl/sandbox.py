@@ -399,6 +399,25 @@ def _python_roots() -> list[str]:
     return kept
 
 
+# Where the sandbox shows a Python root that lives under the host's /tmp (a checkout or virtual environment in a
+# temporary folder): the sandbox's /tmp is its private tmpfs, so such a root is bound elsewhere, read-only.
+_MAPPED_ROOTS = "/sandbox/python"
+
+
+def _root_map() -> dict[str, str]:
+    """{host Python root under /tmp: its path in the sandbox}."""
+    under_tmp = [p for p in _python_roots() if p == "/tmp" or p.startswith("/tmp/")]
+    return {root: f"{_MAPPED_ROOTS}/{i}" for i, root in enumerate(under_tmp)}
+
+
+def _inside(path: str) -> str:
+    """The path in the bwrap sandbox of the host path `path` of the Python installation."""
+    for root, mapped in _root_map().items():
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return mapped + path[len(root) :]
+    return path
+
+
 def _site_paths() -> list[str]:
     """The interpreter's site-packages directories (the harness runs without `site`, which costs ~50 ms a start)."""
     paths = sysconfig.get_paths()
@@ -428,11 +447,11 @@ def _bwrap_args(settings: SandboxSettings) -> list[str]:
                 "or your home directory to the programs; use a virtual environment in its own folder"
             )
         if not any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIRS):
-            args += ["--ro-bind", path, path]
+            args += ["--ro-bind", path, _inside(path)]
     args += ["--ro-bind", HARNESS_PATH, SANDBOX_HARNESS, "--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(settings.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp", "--remount-ro", "/"]
     args += ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"]
-    args += ["--setenv", "PATH", os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin"]
+    args += ["--setenv", "PATH", os.path.dirname(_inside(sys.executable)) + ":/usr/local/bin:/usr/bin:/bin"]
     return args
 
 
@@ -452,7 +471,8 @@ class _Zygote:
     def __init__(self, box: "CodeSandbox"):
         # --as-pid-1: the zygote is the namespace's init (no bwrap init process holding its control pipes, which a
         # program could open through /proc/1/fd; an init cannot be killed or stopped from inside its namespace).
-        command = [box._bwrap, *box._bwrap_args, "--as-pid-1", sys.executable, "-I", "-S", SANDBOX_HARNESS, "--zygote"]
+        python = _inside(sys.executable)
+        command = [box._bwrap, *box._bwrap_args, "--as-pid-1", python, "-I", "-S", SANDBOX_HARNESS, "--zygote"]
         try:
             self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, env=_clean_env(), cwd="/",
@@ -462,7 +482,7 @@ class _Zygote:
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             os.set_blocking(stream.fileno(), False)
         deadline = time.monotonic() + _ZYGOTE_START + box.settings.timeout
-        reply = self.request({"site_paths": _site_paths()}, deadline)
+        reply = self.request({"site_paths": [_inside(p) for p in _site_paths()]}, deadline)
         if reply is None or not reply.get("ready"):
             try:
                 error = os.read(self.process.stderr.fileno(), 4000).decode("utf-8", "replace")
@@ -697,7 +717,7 @@ class CodeSandbox:
             "file_bytes": s.max_file_mb * 1024 * 1024,
             "open_files": s.max_open_files,
             "output_chars": s.max_output_bytes,
-            "site_paths": _site_paths(),
+            "site_paths": [_inside(p) for p in _site_paths()] if self._bwrap is not None else _site_paths(),
         }
         if self._filter is not None and self._bwrap is not None:
             pass  # bwrap installs the filter (--seccomp), before the interpreter starts
@@ -710,7 +730,7 @@ class CodeSandbox:
     def _command(self, result_fd: int, seccomp_fd: int | None) -> list[str]:
         if self._bwrap is not None:
             seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
-            harness = [sys.executable, "-I", "-S", SANDBOX_HARNESS, str(result_fd)]
+            harness = [_inside(sys.executable), "-I", "-S", SANDBOX_HARNESS, str(result_fd)]
             return [self._bwrap, *self._bwrap_args, *seccomp, *harness]
         return [sys.executable, "-I", "-S", HARNESS_PATH, str(result_fd)]
 
