@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 
 GIB = 2**30
@@ -132,7 +133,12 @@ class ModelShape:
         d, q, kv, inter = self.hidden, self.n_heads * self.hd, self.n_kv_heads * self.hd, self.intermediate
         dims = {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d), "gate_proj": (d, inter),
                 "up_proj": (d, inter), "down_proj": (inter, d)}  # fmt: skip
-        targets = list(dims) if targets in ("all-linear", None) else targets
+        if targets in ("all-linear", None):
+            targets = list(dims)
+        elif isinstance(targets, str):  # PEFT's regex form: the names it fully matches in a Llama-style layer
+            pattern = re.compile(targets)
+            block = {t: "self_attn" if t in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp" for t in dims}
+            targets = [t for t in dims if pattern.fullmatch(f"model.layers.0.{block[t]}.{t}")]
         per_layer = sum(r * sum(dims[t]) for t in targets if t in dims)
         return per_layer * self.n_layers
 
@@ -285,10 +291,12 @@ class PlanSettings:
         targets = self.lora_target_modules
         if not (
             targets is None
-            or targets == "all-linear"
+            or isinstance(targets, str)  # 'all-linear', or a regex PEFT matches against full module names
             or (isinstance(targets, list) and all(isinstance(t, str) for t in targets))
         ):
-            raise TypeError(f"lora_target_modules={targets!r} must be a list of module names or 'all-linear'.")
+            raise TypeError(
+                f"lora_target_modules={targets!r} must be a list of module names, 'all-linear' or a regex string."
+            )
 
 
 _PLAN_BOOLS = ("bf16", "use_peft", "gradient_checkpointing", "attention_matrix")

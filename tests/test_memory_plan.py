@@ -168,3 +168,16 @@ def test_settings_from_config_and_errors(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     shape = resolve_shape(str(folder))
     assert (shape.hidden, shape.n_layers) == (config["d_model"], config["n_layers"])
+
+
+def test_lora_targets_as_a_peft_regex_count_the_modules_it_matches():
+    """PEFT takes lora_target_modules as a regex string too (matched against full module names): the planner counts
+    the projections it matches, as for the same names given as a list."""
+    from stabledrl_trl.memory_plan import KNOWN_MODELS
+
+    shape = KNOWN_MODELS["GSAI-ML/LLaDA-8B-Instruct"]
+    r = 16
+    by_list = shape.lora_parameters(r, ["q_proj", "v_proj"])
+    assert by_list == r * (4096 + 4096) * 2 * 32  # q (d -> d) and v (d -> kv = d) in each of 32 layers
+    assert shape.lora_parameters(r, r".*\.(q_proj|v_proj)") == by_list
+    assert shape.lora_parameters(r, r"model\.layers\.\d+\.mlp\.(gate|up)_proj") == r * (4096 + 12288) * 2 * 32
