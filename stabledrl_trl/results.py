@@ -164,12 +164,6 @@ def replace_block(text: str, name: str, content: str) -> str:
             f"README block {name!r}: expected one {start!r} line followed by one {end!r} line; add the two markers "
             "where the table belongs"
         )
-    marker = re.search(r"<!-- [A-Za-z0-9_.-]+:(start|end) -->", content)
-    if marker:  # written, it would end (or open) a block early and break every later rewrite
-        raise ValueError(
-            f"README block {name!r}: its new content holds the marker text {marker.group(0)!r}; a rendered block "
-            "must not contain block markers (escape or drop that text in the renderer's input)"
-        )
     if not content.endswith("\n"):
         content += "\n"
     head, rest = text.split(start, 1)
