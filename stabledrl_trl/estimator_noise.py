@@ -31,7 +31,7 @@ from .noise_dose import log_ratio_noise
 
 def noise_streams(mask_seed_mode: str, step: int, inner_step: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(old stream, current stream) of the trainer's mask seeds for one generation step and inner step."""
-    from .stabledrl_trainer import _STREAM_ITER, _STREAM_OLD, _STREAM_STEP
+    from .rollout_rows import _STREAM_ITER, _STREAM_OLD, _STREAM_STEP
 
     if mask_seed_mode == "shared":
         return (_STREAM_ITER, step, inner_step), (_STREAM_ITER, step, inner_step)

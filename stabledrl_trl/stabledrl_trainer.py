@@ -9,9 +9,7 @@ log-probabilities and only gains the new objectives.
 from __future__ import annotations
 
 import copy
-import errno
 import logging
-import math
 import os
 import time
 from types import MappingProxyType
@@ -27,11 +25,11 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
-from . import multinode, run_identity, safety
+from . import multinode, safety
 from .changed_defaults import announce_changed_defaults
 from .diagnostics import _TRL_CLIP_METRICS, TrainerDiagnostics  # noqa: F401
 from .diffusion.family import as_diffusion_lm, detect_family, get_family
-from .diffusion.seeding import mix_seed, rollout_row_keys
+from .diffusion.seeding import mix_seed
 from .moe_metrics import expert_load_entropy
 from .noise_dose import add_log_ratio_noise, log_ratio_noise
 from .objectives import (
@@ -43,6 +41,7 @@ from .objectives import (
     get_objective_spec,
     needs_whole_groups,
 )
+from .rollout_rows import _STREAM_ITER, _STREAM_OLD, _STREAM_SAMPLER, _STREAM_STEP, RolloutRows
 from .run_guards import (  # noqa: F401  (importable from here as before)
     CheckpointError,
     NonFiniteGradientError,
@@ -54,6 +53,7 @@ from .run_guards import (  # noqa: F401  (importable from here as before)
     _NonFiniteParameterGuard,
     _wrap_reward_func,
 )
+from .safety_hooks import RunSafety
 from .scoring_context import ScoringContext
 from .stabledrl_config import StableDRLConfig, autoregressive_defaults
 from .validation import (
@@ -61,17 +61,12 @@ from .validation import (
     check_inputs_before_loading,
     check_launch_setup,
     check_model_setup,
-    short_repr,
 )
 
 logger = logging.getLogger(__name__)
 
 
-# Stream ids mixed into the per-row mask seeds, so that each use of the estimator draws its own masks.
-_STREAM_OLD, _STREAM_ITER, _STREAM_STEP, _STREAM_SAMPLER, _STREAM_ROWS = 1, 2, 3, 4, 5
-
-
-class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
+class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
     """GRPOTrainer with masked-diffusion rollouts, likelihood estimation and the StableDRL / DGPO objectives.
 
     Same constructor as `trl.GRPOTrainer`; `args` is a `StableDRLConfig` (a plain `GRPOConfig` is refused with a
@@ -100,9 +95,11 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
       step had its ratio clipped) and `stabledrl/all_clipped_streak`, and warns after `all_clipped_patience`
       consecutive such steps (no learning).
 
-    The per-step diagnostics these hooks log are methods of `diagnostics.TrainerDiagnostics` (a mixin overriding
-    nothing of TRL's); the run guards they raise and install are in `run_guards.py`, the MoE metric in
-    `moe_metrics.py`.
+    What is not a hook lives in single-purpose modules, as mixins overriding nothing of TRL's or transformers' (a
+    test checks this): the per-step diagnostics in `diagnostics.TrainerDiagnostics`, the run-safety checks the
+    transformers hooks below hand their parent's implementation to in `safety_hooks.RunSafety`, the per-row seeds,
+    row keys, group shuffle and reward canvases in `rollout_rows.RolloutRows`; the run guards the hooks raise and
+    install are in `run_guards.py`, the MoE metric in `moe_metrics.py`.
 
     The hooks hand each other per-step state (which masks to draw, the last estimate, the rollout canvases, the rows
     with non-finite rewards, the step's clipping) through one `ScoringContext` (`scoring_context.py`, which documents
@@ -224,218 +221,37 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
         )
 
     def _get_grad_norm(self, model, grad_norm=None):
-        """transformers hook, run right before `optimizer.step()`: a step with a non-finite gradient norm is skipped.
-
-        The gradients are dropped (`grad = None`), so the optimiser changes neither the parameters nor its moments
-        (the learning-rate schedule still advances); the step is counted (`stabledrl/nonfinite_grad_steps`) and
-        warned about, and `max_nonfinite_grad_steps` in a row stop the run with an error. The norm is the global one
-        (after DDP's all-reduce / over FSDP shards), so every process skips the same steps. DeepSpeed steps inside
-        its engine before this hook: there the guard only counts and stops.
-        """
-        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
-        value = float(grad_norm) if grad_norm is not None else 0.0
-        mode = "train"
-        if math.isfinite(value):
-            self._nonfinite_grad_streak = 0
-            self._metrics[mode]["stabledrl/nonfinite_grad_steps"].append(0.0)
-            return grad_norm
-        for p in model.parameters():
-            p.grad = None
-        self._nonfinite_grad_streak += 1
-        self._metrics[mode]["stabledrl/nonfinite_grad_steps"].append(1.0)
-        step = self.state.global_step + 1
-        limit = self.args.max_nonfinite_grad_steps
-        logger.warning(
-            f"Step {step}: gradient norm is {value}; the optimiser step is skipped (parameters unchanged). "
-            f"{self._nonfinite_grad_streak} in a row (limit max_nonfinite_grad_steps={limit})."
-        )
-        if self._nonfinite_grad_streak >= limit:
-            raise NonFiniteGradientError(
-                f"{self._nonfinite_grad_streak} optimiser steps in a row (up to step {step}) had a non-finite "
-                f"gradient norm ({value}); stopping (max_nonfinite_grad_steps={limit}). The parameters are those "
-                "of the last good step. Look for huge or non-finite rewards, a too-large learning_rate, or fp16 "
-                "overflow (use bf16)."
-            )
-        return grad_norm
-
-    def _good_checkpoint_note(self) -> str:
-        """What the user can resume from after a failure: the newest complete checkpoint (saved weights are checked
-        finite when written), or that there is none. Never claims a checkpoint that does not exist."""
-        needs_optimizer = not self.args.save_only_model
-        for path in reversed(safety.list_checkpoints(self.args.output_dir)):
-            if not safety.checkpoint_missing(path, needs_optimizer):
-                return f"The newest complete checkpoint, {path}, holds finite weights: resume from it."
-        return "No complete checkpoint was saved (save_strategy / save_steps), so there is nothing to resume from."
-
-    def _check_parameters_finite(self):
-        """Raise NonFiniteGradientError when a parameter holds inf / NaN after an optimiser step (every process).
-        One device synchronisation per step: the per-parameter flags are reduced on the device first."""
-        device = self.accelerator.device
-        local = [p.detach() for p in self.model.parameters() if p.numel()]
-        local = [t.to_local() if hasattr(t, "to_local") else t for t in local]
-        flags = [torch.isfinite(t).all().to(device) for t in local if t.numel()]
-        finite = bool(torch.stack(flags).all()) if flags else True
-        bad = [] if finite else safety.nonfinite_parameters(self.model)
-        found = float(len(bad))
-        if self.accelerator.num_processes > 1:
-            found = float(self.accelerator.reduce(torch.tensor([found], device=self.accelerator.device), "sum"))
-        if found > 0:
-            a = self.args
-            raise NonFiniteGradientError(
-                f"Step {self.state.global_step + 1}: after the optimiser step, parameters hold inf/NaN "
-                f"({', '.join(bad[:3]) or 'on another process'}) although the gradient norm was finite. Look at the "
-                f"optimiser settings (learning_rate={a.learning_rate}, weight_decay={a.weight_decay}, "
-                f"adam_epsilon={a.adam_epsilon}, optim={a.optim!r}) and at fp16 overflow (use bf16). "
-                + self._good_checkpoint_note()
-            )
+        """transformers hook, run right before `optimizer.step()`: a step with a non-finite gradient norm is skipped
+        (`RunSafety._skip_nonfinite_grad_norm`: its gradients dropped, stopped after `max_nonfinite_grad_steps`)."""
+        return self._skip_nonfinite_grad_norm(model, super()._get_grad_norm(model, grad_norm=grad_norm))
 
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         """`Trainer.train`, with the output folder and the checkpoint to resume checked first (see `safety`)."""
-        if resume_from_checkpoint is None:  # GRPOConfig's field (transformers' Trainer leaves it to scripts)
-            resume_from_checkpoint = self.args.resume_from_checkpoint
-        lock = self._lock_output_dir()
-        try:
-            return self._train_locked(resume_from_checkpoint, trial, **kwargs)
-        finally:
-            if lock is not None:
-                lock.release()
-
-    def _lock_output_dir(self):
-        """Global rank 0 takes output_dir's lock (`output_lock`); every process raises if another run holds it."""
-        from .output_lock import OutputDirInUseError, OutputDirLock
-
-        lock, refusal = None, None
-        if self.accelerator.is_main_process:
-            try:
-                lock = OutputDirLock(self.args.output_dir).acquire()
-            except OutputDirInUseError as error:
-                refusal = str(error)
-        if self.accelerator.num_processes > 1:
-            refusal = multinode.broadcast_object(refusal)
-        if refusal is not None:
-            if lock is not None:
-                lock.release()
-            raise OutputDirInUseError(refusal)
-        return lock
-
-    def _train_locked(self, resume_from_checkpoint, trial, **kwargs):
-        resume = safety.resolve_resume(
-            resume_from_checkpoint, self.args.output_dir, needs_optimizer=not self.args.save_only_model
-        )
-        if resume is not None:  # the loss, estimator, batch layout ... must be the checkpoint's (run_identity)
-            run_identity.check_resume_settings(resume, self.args, self.args.resume_allow_changes)
-        if resume is None:
-            safety.check_fresh_output_dir(
-                self.args.output_dir, self.args.overwrite_output_dir, self.accelerator.is_main_process
-            )
-            self.accelerator.wait_for_everyone()
-        elif not self.args.allow_pickle_checkpoints:
-            safety.check_safetensors_only(resume, what="checkpoint")
-        self._nonfinite_grad_streak = 0
-        self._nonfinite_reward_streak = 0
-        return super().train(resume_from_checkpoint=resume, trial=trial, **kwargs)
+        return self._train_guarded(super().train, resume_from_checkpoint, trial, **kwargs)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         """`Trainer._load_from_checkpoint`, naming the file when a weight file cannot be read, refusing missing keys
         (`_issue_warnings_after_load`) and weights holding inf / NaN."""
-        self._loading_checkpoint = resume_from_checkpoint
-        try:
-            super()._load_from_checkpoint(resume_from_checkpoint, model=model)
-        except (OSError, RuntimeError, ValueError) as error:
-            if isinstance(error, CheckpointError):
-                raise
-            damage = safety.checkpoint_damage(resume_from_checkpoint, needs_optimizer=False)
-            where = (
-                f"{damage[0]} is {damage[1]}" if damage else f"loading its weights failed ({short_repr(str(error))})"
-            )
-            raise CheckpointError(
-                f"Cannot resume from {resume_from_checkpoint}: {where}. Resume from an older checkpoint "
-                "(resume_from_checkpoint=True skips damaged ones)."
-            ) from error
-        finally:
-            self._loading_checkpoint = None
-        bad = safety.nonfinite_parameters(self.model if model is None else model)
-        if bad:
-            raise CheckpointError(
-                f"Cannot resume from {resume_from_checkpoint}: its weights hold inf/NaN ({', '.join(bad[:3])}). "
-                "Resume from an older checkpoint (resume_from_checkpoint=<its folder>)."
-            )
+        self._load_checkpoint_checked(super()._load_from_checkpoint, resume_from_checkpoint, model=model)
 
     def _issue_warnings_after_load(self, load_result):
-        """Missing keys on resume (a shard left out of the index, a cut state dict) would leave those weights as the
-        fresh model's: an error naming them. Keys tied to a loaded weight (a tied lm_head) are not missing."""
-        model = self.accelerator.unwrap_model(self.model)
-        state = model.state_dict()
-        missing = set(load_result.missing_keys) - set(getattr(model, "_keys_to_ignore_on_save", None) or [])
-        loaded_ptrs = {t.data_ptr() for k, t in state.items() if k not in missing and t.numel()}
-        missing = sorted(k for k in missing if k in state and state[k].data_ptr() not in loaded_ptrs)
-        if missing:
-            where = getattr(self, "_loading_checkpoint", None) or "the checkpoint"
-            raise CheckpointError(
-                f"Cannot resume from {where}: {len(missing)} weight(s) of the model are not in it (e.g. "
-                f"{missing[:3]}); they would keep the fresh model's values. A shard or the index "
-                "(model.safetensors.index.json) is incomplete: resume from an older checkpoint."
-            )
+        """Missing keys on resume are an error naming them (`RunSafety._refuse_missing_keys`), then TRL's warnings."""
+        self._refuse_missing_keys(load_result)
         super()._issue_warnings_after_load(load_result)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """`Trainer._load_optimizer_and_scheduler`, naming the file when the optimiser or scheduler state cannot be
         read."""
-        try:
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        except (OSError, RuntimeError, ValueError, EOFError) as error:
-            damage = safety.checkpoint_damage(checkpoint) if checkpoint else None
-            where = (
-                f"{damage[0]} is {damage[1]}"
-                if damage
-                else f"its optimiser / scheduler state ({short_repr(str(error))})"
-            )
-            raise CheckpointError(
-                f"Cannot resume from {checkpoint}: {where}. Resume from an older checkpoint "
-                "(resume_from_checkpoint=True skips damaged ones)."
-            ) from error
+        return self._load_optimizer_checked(super()._load_optimizer_and_scheduler, checkpoint)
 
     def save_model(self, output_dir=None, _internal_call=False):
         """`Trainer.save_model`, refusing to write weights that hold inf / NaN (checked on every process)."""
-        bad = safety.nonfinite_parameters(self.model)
-        found = float(len(bad))
-        if self.is_fsdp_enabled or self.is_deepspeed_enabled:
-            # sharded parameters: every process saves collectively, so every process must take the same decision
-            found = float(self.accelerator.reduce(torch.tensor([found], device=self.accelerator.device), "sum"))
-        if found > 0:
-            raise NonFiniteGradientError(
-                f"Refusing to save to {output_dir or self.args.output_dir}: parameters hold inf/NaN "
-                f"({', '.join(bad[:3]) or 'on another process'}). " + self._good_checkpoint_note()
-            )
-        if _internal_call:  # inside _save_checkpoint, which reports a full disk with the checkpoint's name
-            return super().save_model(output_dir, _internal_call=_internal_call)
-        try:
-            return super().save_model(output_dir, _internal_call=_internal_call)
-        except (OSError, RuntimeError) as error:
-            if not safety.is_disk_full(error):
-                raise
-            raise OSError(
-                errno.ENOSPC,
-                f"Disk full while saving the model to {output_dir or self.args.output_dir} ({short_repr(str(error))}). "
-                "The files there are incomplete; free space and save again. " + self._good_checkpoint_note(),
-            ) from error
+        return self._save_model_checked(super().save_model, output_dir, _internal_call)
 
     def _save_checkpoint(self, model, trial):
-        try:
-            out = super()._save_checkpoint(model, trial)
-            if self.args.should_save:  # the settings a resume must match (run_identity)
-                folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-                if os.path.isdir(folder):
-                    run_identity.write_run_settings(folder, self.args)
-            return out
-        except Exception as error:  # torch.save and safetensors report a full disk as RuntimeError / SafetensorError
-            if not safety.is_disk_full(error):
-                raise
-            raise OSError(
-                errno.ENOSPC,
-                f"Disk full while saving checkpoint-{self.state.global_step} to {self.args.output_dir} ({short_repr(str(error))}). "
-                "That folder is incomplete (resume skips it); free space or set save_total_limit, then resume.",
-            ) from error
+        """`Trainer._save_checkpoint`, recording the run's settings in the checkpoint (`run_identity`) and reporting a
+        full disk."""
+        return self._save_checkpoint_checked(super()._save_checkpoint, model, trial)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """The model card (README.md in output_dir): names StableDRL and the objective actually used, cites the
@@ -448,44 +264,12 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
         card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags)
         card.save(os.path.join(self.args.output_dir, "README.md"))
 
-    # ------------------------------------------------------------------ helpers
-
-    def _canvas_completions(self, completions: list) -> list:
-        """`completions` with each text replaced by its row's decoded canvas (special tokens skipped), in the
-        structure TRL builds: a string, or one assistant message for conversational prompts."""
-        canvases, self._scoring.canvas_ids = self._scoring.canvas_ids, None
-        if canvases is None or len(canvases) != len(completions):
-            raise RuntimeError(
-                f"reward_text='canvas': expected the rollout canvases of the {len(completions)} completions being "
-                f"scored, found {'none' if canvases is None else len(canvases)}."
-            )
-        texts = self.processing_class.batch_decode(canvases, skip_special_tokens=True)
-        return [
-            text if isinstance(c, str) else [{"role": "assistant", "content": text}]
-            for c, text in zip(completions, texts, strict=True)
-        ]
+    # ------------------------------------------------------------------ TRL hooks
 
     def _adapter(self, model):
         return as_diffusion_lm(
             model, tokenizer=self._tokenizer, family=self._family, mask_token_id=self._mask_token_id
         )
-
-    def _generator(self, *stream: int) -> torch.Generator:
-        """A generator seeded from the config seed, the process and a stream: rollouts replay exactly on resume."""
-        value = int(
-            mix_seed(torch.zeros(1, dtype=torch.long), self.args.seed, self.accelerator.process_index, *stream)
-        )
-        return torch.Generator(device=self.accelerator.device).manual_seed(value)
-
-    @property
-    def _inner_iteration(self) -> int:
-        return (self._step // self.args.steps_per_generation) % self.num_iterations
-
-    @property
-    def _aligned(self) -> bool:
-        return self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations) == 0
-
-    # ------------------------------------------------------------------ TRL hooks
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         if not self.is_diffusion:
@@ -568,32 +352,6 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
         entropies = est.token_entropy if compute_entropy else None
         return est.token_logps, entropies, None
 
-    def _rollout_row_keys(self, num_rows: int) -> torch.Tensor:
-        """Keys (num_rows,) of this process's rows of the generation batch being made: their positions in the run's
-        global stream of rollouts (TRL's sampler order; process p holds the p-th slice of each generation batch),
-        so each row draws its own masks and keeps them under any layout of processes and micro-batches."""
-        ga = self.args.gradient_accumulation_steps
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        # micro-steps since the start of the run (restored exactly on resume, unlike TRL's micro-step counter)
-        micro_steps = self.state.global_step * ga + self._step % ga
-        generation = micro_steps // generate_every
-        first = (generation * self.accelerator.num_processes + self.accelerator.process_index) * num_rows
-        mode = 0 if self.model.training else 1  # evaluation rollouts form their own stream
-        return rollout_row_keys(first, num_rows, _STREAM_ROWS, mode, device=self.accelerator.device)
-
-    def _row_keys(self, num_rows: int, device) -> torch.Tensor:
-        """Keys of the rows being scored: `ScoringContext.mask_rows` (set from the batch), else the rows' indices in
-        the call."""
-        keys = self._scoring.mask_rows
-        if keys is None:
-            return torch.arange(num_rows, device=device)
-        if keys.shape != (num_rows,):
-            raise RuntimeError(
-                f"mask row keys of shape {tuple(keys.shape)} for {num_rows} rows being scored: the batch's "
-                "'mask_row_key' must hold one key per row."
-            )
-        return keys.to(device)
-
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self.args.reward_text == "canvas":
             # TRL scores this process's rows here and gathers only the rewards, so the rows are the rollout's rows.
@@ -616,33 +374,6 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
             equal, groups = equal_reward_groups(total, g).tolist()
             self._metrics[mode]["stabledrl/equal_reward_group_frac"].append(equal / groups)
         return torch.where(overflow, torch.nan, rewards)
-
-    def _note_nonfinite_rewards(self, rewards, bad):
-        """A generation batch whose every sample has a non-finite reward trains nothing: warn naming the functions
-        that returned no finite reward, and stop after `max_nonfinite_reward_steps` such batches in a row."""
-        if bad.numel() == 0 or not bool(bad.all()):
-            self._nonfinite_reward_streak = 0
-            return
-        self._nonfinite_reward_streak += 1
-        finite = torch.isfinite(rewards) & (rewards.abs() <= safety.OVERFLOW_LIMIT)  # (N_global, F)
-        names = [n for n, ok in zip(self.reward_func_names, finite.any(dim=0).tolist(), strict=True) if not ok]
-        limit = self.args.max_nonfinite_reward_steps
-        what = (
-            f"reward function(s) {names} returned no finite reward (inf, NaN or None)"
-            if names
-            else "no sample had a finite reward from every reward function"
-        )
-        message = (
-            f"Step {self.state.global_step + 1}: every one of the {bad.numel()} samples has a non-finite reward: {what}, "
-            f"so nothing is learnt from this batch ({self._nonfinite_reward_streak} in a row, limit "
-            f"max_nonfinite_reward_steps={limit})."
-        )
-        logger.warning(message)
-        if self._nonfinite_reward_streak >= limit:
-            raise NonFiniteRewardError(
-                message + " Stopping: fix the reward function(s) (return a float for each completion, None only for "
-                "a completion that cannot be scored)."
-            )
 
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
@@ -730,24 +461,6 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
             ]
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
-    def _shuffle_groups(self, batch: dict) -> dict:
-        """Permute whole groups of num_generations consecutive rows (TRL permutes rows, which splits groups)."""
-        n = len(next(v for v in batch.values() if isinstance(v, torch.Tensor) and v.ndim > 0))
-        g = self.num_generations
-        if n % g != 0:
-            raise ValueError(f"local generation batch of {n} rows is not a multiple of num_generations={g}.")
-        perm_groups = torch.randperm(n // g, generator=self._generator(_STREAM_STEP, -1, self.state.global_step))
-        perm = (perm_groups[:, None] * g + torch.arange(g)[None, :]).reshape(-1)  # (n,)
-
-        def permute(v):
-            if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
-                return v[perm.to(v.device)]
-            if isinstance(v, list) and len(v) == n:
-                return [v[i] for i in perm.tolist()]
-            return v
-
-        return {k: permute(v) for k, v in batch.items()}
-
     def _compute_loss(self, model, inputs):
         if self.is_diffusion:
             self._scoring.mask_rows = inputs.get("mask_row_key")
@@ -798,7 +511,6 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
             for name, value in expert_load_entropy(model, reduce).items():  # routing of this step's forwards
                 self._metrics["train"][name].append(value)
         return output
-
 
     def _compute_own_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
@@ -874,4 +586,3 @@ class StableDRLTrainer(TrainerDiagnostics, GRPOTrainer):
         totals = self.accelerator.reduce(local, reduction="sum")
         self._metrics[mode]["kl"].append(float(totals[0] / totals[1].clamp(min=1.0)))
         return out
-

@@ -114,6 +114,22 @@ def test_every_override_is_listed_documented_and_accepts_the_parents_arguments()
         assert named == [p for p in parent if p in named], (name, named)
 
 
+def test_the_trainers_mixins_override_nothing_of_trl():
+    """The trainer's helpers live in mixins (diagnostics, run safety, rollout rows); every hook stays in the trainer
+    class itself, so the override lists above are complete: a mixin defining a TRL / transformers method would
+    override it unlisted."""
+    from stabledrl_trl.diagnostics import TrainerDiagnostics
+    from stabledrl_trl.rollout_rows import RolloutRows
+    from stabledrl_trl.safety_hooks import RunSafety
+
+    mro = StableDRLTrainer.__mro__
+    mixins = mro[1 : mro.index(GRPOTrainer)]
+    assert set(mixins) == {TrainerDiagnostics, RolloutRows, RunSafety}
+    for mixin in mixins:
+        shadowed = [n for n in vars(mixin) if not n.startswith("__") and hasattr(GRPOTrainer, n)]
+        assert shadowed == [], (mixin.__name__, shadowed)
+
+
 def test_training_steps_run_every_override_and_change_the_model(tmp_path):
     tok = build_tiny_tokenizer()
     model = make_llada()
