@@ -71,7 +71,7 @@ from stabledrl_trl import results
 from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 from stabledrl_trl.diffusion.adapter import DiffusionAdapter
 from stabledrl_trl.diffusion.family import as_diffusion_lm
-from stabledrl_trl.diffusion.sampler import (
+from stabledrl_trl.diffusion.llada_sampler import (
     _top_k_mask,
     completion_mask_from_ids,
     generate,

@@ -10,7 +10,13 @@ import torch
 from accelerate.utils import gather
 
 from .diffusion.estimators import estimator_standard_error
-from .objectives import SEQUENCE_INPUT, config_ratio_input, trl_applied_weights, weight_by_advantage_sign
+from .objectives import (
+    PPO_CLIP_LOSS_TYPES,
+    SEQUENCE_INPUT,
+    config_ratio_input,
+    trl_applied_weights,
+    weight_by_advantage_sign,
+)
 
 logger = logging.getLogger("stabledrl_trl.stabledrl_trainer")  # the trainer's logger: its warnings keep their source
 
@@ -19,7 +25,7 @@ logger = logging.getLogger("stabledrl_trl.stabledrl_trainer")  # the trainer's l
 # their statistics (keys ending in "clip_frac").
 _TRL_CLIP_METRICS = {
     "cispo": ("cispo_clip_ratio",),
-    **{t: ("clip_ratio/region_mean",) for t in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")},
+    **{t: ("clip_ratio/region_mean",) for t in PPO_CLIP_LOSS_TYPES},
 }
 
 

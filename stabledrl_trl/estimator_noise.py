@@ -51,7 +51,7 @@ def trainer_rollouts(trainer, prompts: list, generator: torch.Generator):
     model.eval()
     try:
         with torch.no_grad():
-            out = trainer._family_impl.generate(
+            out = trainer._diffusion_family.generate(
                 trainer._adapter(model), prompt_ids, prompt_mask, trainer.args,
                 eos_token_ids=tuple(trainer.eos_token_ids), generator=generator,
             )  # fmt: skip

@@ -286,7 +286,9 @@ class PlanSettings:
             or not (math.isfinite(self.overhead_bytes) and self.overhead_bytes >= 0)
         ):
             raise ValueError(f"overhead_bytes={self.overhead_bytes!r} must be a finite number >= 0.")
-        if self.rollout_cache not in ("none", "prefix", "dual"):
+        from .diffusion.llada_sampler import CACHE_MODES  # torch: imported only when a plan is made
+
+        if self.rollout_cache not in CACHE_MODES:
             raise ValueError(f"rollout_cache={self.rollout_cache!r}; choose 'none', 'prefix' or 'dual'.")
         targets = self.lora_target_modules
         if not (
@@ -391,7 +393,7 @@ def estimate(shape: ModelShape, s: PlanSettings) -> dict[str, float]:
     Lr = s.max_prompt_length + s.max_completion_length
     r_act = R * Lr * (4 * d + 2 * inter) * b
     r_logits = R * s.block_length * shape.vocab * (b + copy + 4)
-    cached = s.rollout_cache in ("prefix", "dual") or shape.block_diffusion
+    cached = s.rollout_cache != "none" or shape.block_diffusion  # an approximate cache mode (checked above)
     kv = 2 * shape.n_layers * shape.n_kv_heads * shape.hd * R * Lr * b if cached else 0.0
     full_weights = P * b - c["weights"] if sharded else 0.0  # gathered for generation
     rollout = r_act + r_logits + kv + full_weights

@@ -63,7 +63,7 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> 
     short, detail = describe_objective(args)
     sampler = SamplerSettings.from_config(args)
     if trainer.is_diffusion:
-        snippet = trainer._family_impl.card_snippet(sampler)  # the family's sampler, as its rollouts decoded
+        snippet = trainer._diffusion_family.card_snippet(sampler)  # the family's sampler, as its rollouts decoded
         generate_import, generate_call, rollouts = snippet
     else:
         generate_import, generate_call = "", ""
@@ -87,8 +87,8 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None) -> 
         objective_details=detail,
         rollouts=rollouts,
         is_diffusion=trainer.is_diffusion,
-        family=getattr(trainer, "_family", None),
-        family_module=_family_import(trainer._family_impl) if trainer.is_diffusion else "",
+        family=getattr(trainer, "_family_name", None),
+        family_module=_family_import(trainer._diffusion_family) if trainer.is_diffusion else "",
         model_type=getattr(config, "model_type", ""),
         gen_length=sampler.max_completion_length,
         block_length=sampler.block_length,

@@ -83,6 +83,12 @@ SEQUENCE_INPUT = "sequence"
 TOKEN_INPUT = "token"
 
 LEVELS = ("group", "token")
+# How the masks of the policies compared in a ratio are drawn (the config's `mask_seed_mode`; an objective's
+# `auto_mask_seed_mode`): "fresh" (official StableDRL, each policy its own masks) or "shared" (d1, one seed per
+# inner iteration).
+MASK_SEED_MODES = ("fresh", "shared")
+# StableDRL's ratio (`stable_drl_ratio_form`): the mean or the sum of the per-token log-ratios.
+STABLE_DRL_RATIO_FORMS = ("mean", "sum")
 # The optional statistics the trainer reads from `ObjectiveOutput.stats` when an objective declares them:
 # "applied_weight": (B,) or (B, T) multiplier of A grad log pi per unit (logged as weight_mean_neg_adv / _pos_adv);
 # "clip_frac": its clipped fractions ("clip_frac" or "<x>_clip_frac": the all-clipped streak and its warning).
@@ -181,7 +187,7 @@ def register_objective(
             f"statistics {unknown} of objective {name!r} are not read by the trainer; the optional statistics are "
             f"{list(OPTIONAL_STATISTICS)} (any other scalar in stats is logged as stabledrl/<key> anyway)."
         )
-    if auto_mask_seed_mode not in ("fresh", "shared"):
+    if auto_mask_seed_mode not in MASK_SEED_MODES:
         raise ValueError(
             f"auto_mask_seed_mode={auto_mask_seed_mode!r} for objective {name!r}; choose 'fresh' or 'shared'."
         )
@@ -516,7 +522,7 @@ def stable_drl_policy_loss(x: PolicyLossInputs) -> ObjectiveOutput:
 
 def _stable_drl_ratio_input(settings: Mapping[str, Any]) -> str:
     form = settings.get("stable_drl_ratio_form", "mean")
-    if form not in ("mean", "sum"):
+    if form not in STABLE_DRL_RATIO_FORMS:
         raise ValueError(f"stable_drl_ratio_form={form!r}; choose 'mean' or 'sum'.")
     return SEQUENCE_INPUT if form == "mean" else TOKEN_INPUT
 

@@ -293,7 +293,7 @@ class MaskedDiffusionSFTTrainer(Trainer):
         from .diffusion.family import detect_family, get_family
 
         family = detect_family(model)
-        self._family = None if family is None else get_family(family)
+        self._diffusion_family = None if family is None else get_family(family)
 
     def _build_accelerator_args(self, **kwargs):
         """transformers hook: DDP's unused-parameter search follows the RL trainer's rule (`ddp_settings`): off for
@@ -317,12 +317,12 @@ class MaskedDiffusionSFTTrainer(Trainer):
         completion_mask = inputs["completion_mask"]  # (B, L)
         masked, t = sample_completion_masks(completion_mask, self._generator_for(input_ids.device), self.args.mask_eps)
         noisy_ids = torch.where(masked, torch.full_like(input_ids, self.mask_token_id), input_ids)  # (B, L)
-        if self._family is None:  # a model no family knows: its logits as returned
+        if self._diffusion_family is None:  # a model no family knows: its logits as returned
             outputs = model(input_ids=noisy_ids, attention_mask=attention_mask)
             logits = outputs.logits
         else:  # the family aligns logits and lays the input out as it trains (shift, staircase)
             outputs = None
-            logits = self._family.training_logits(model, noisy_ids, input_ids, attention_mask)  # (B, L, V)
+            logits = self._diffusion_family.training_logits(model, noisy_ids, input_ids, attention_mask)  # (B, L, V)
         loss = masked_diffusion_sft_loss(logits, input_ids, masked, t, completion_mask)
         return (loss, outputs) if return_outputs else loss
 

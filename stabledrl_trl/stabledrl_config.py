@@ -24,7 +24,9 @@ from .diffusion.sampler_settings import (  # noqa: F401  (the layout rule, impor
     sampler_default,
 )
 from .objectives import (
+    MASK_SEED_MODES,
     OBJECTIVES,
+    STABLE_DRL_RATIO_FORMS,
     TOKEN_INPUT,
     TRL_ALWAYS_TOKEN,
     TRL_LOSS_TYPES,
@@ -471,7 +473,7 @@ class StableDRLConfig(GRPOConfig):
                 f"likelihood_estimator={self.likelihood_estimator!r} is not known; choose one of "
                 f"{list(ESTIMATOR_SPECS)}."
             )
-        if self.mask_seed_mode not in (None, "fresh", "shared"):
+        if self.mask_seed_mode not in (None, *MASK_SEED_MODES):
             raise ValueError(f"mask_seed_mode={self.mask_seed_mode!r}; choose 'fresh', 'shared' or None (auto).")
         objective = OBJECTIVES.get(self.loss_type)  # None for TRL's loss types
         missing = [name for name in (objective.settings if objective else ()) if not hasattr(self, name)]
@@ -559,7 +561,7 @@ class StableDRLConfig(GRPOConfig):
     def _check_ratio_pairing(self):
         """Pick `mask_seed_mode` when unset, and refuse objective / mask pairings whose ratios are mask noise."""
         for name, value, allowed in (
-            ("stable_drl_ratio_form", self.stable_drl_ratio_form, ("mean", "sum")),
+            ("stable_drl_ratio_form", self.stable_drl_ratio_form, STABLE_DRL_RATIO_FORMS),
             ("eos_tail", self.eos_tail, ("visible", "masked")),
             ("completion_end", self.completion_end, ("any_eos", "tokenizer_eos")),
         ):

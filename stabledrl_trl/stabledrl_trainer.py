@@ -166,7 +166,7 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
         unwrapped = self.accelerator.unwrap_model(self.model)
         family = detect_family(unwrapped)
         self.is_diffusion = (family is not None) if args.diffusion is None else bool(args.diffusion)
-        self._dlm = check_model_setup(
+        self._model_adapter = check_model_setup(
             args,
             unwrapped,
             self._tokenizer,
@@ -175,16 +175,16 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
             router_aux_loss_coef=self.router_aux_loss_coef if self.aux_loss_enabled else None,
             device=self.accelerator.device,
         )  # the model's DiffusionAdapter, None for an autoregressive model
-        self._family = family
-        self._family_impl = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
+        self._family_name = family
+        self._diffusion_family = get_family(family) if self.is_diffusion else None  # sampler + estimator of the family
         if self.accelerator.is_main_process:
             announce_changed_defaults(args, self.is_diffusion)
         if self.is_diffusion:
-            self._mask_token_id = self._dlm.mask_token_id
+            self._mask_token_id = self._model_adapter.mask_token_id
             if args.completion_end == "tokenizer_eos":  # official: <|eot_id|> before the EOS is a scored token
                 self.eos_token_ids = [self._tokenizer.eos_token_id]
             else:
-                self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._dlm.eos_token_ids]))
+                self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *self._model_adapter.eos_token_ids]))
         check_data_setup(
             self.args,
             unwrapped,
@@ -268,7 +268,7 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
 
     def _adapter(self, model):
         return as_diffusion_lm(
-            model, tokenizer=self._tokenizer, family=self._family, mask_token_id=self._mask_token_id
+            model, tokenizer=self._tokenizer, family=self._family_name, mask_token_id=self._mask_token_id
         )
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -296,7 +296,7 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
         ):
             started = time.perf_counter()
             with self.accelerator.autocast():
-                out = self._family_impl.generate(
+                out = self._diffusion_family.generate(
                     self._adapter(unwrapped_model),
                     padded,
                     mask,
@@ -335,7 +335,7 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
             self._row_keys(input_ids.shape[0], input_ids.device), self.args.seed, *self._scoring.mask_stream
         )
         with self.accelerator.autocast():
-            est = self._family_impl.estimate(
+            est = self._diffusion_family.estimate(
                 self._adapter(model),
                 prompt_ids,
                 prompt_mask,
@@ -347,7 +347,7 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
             )
         self._scoring.last_estimate = est
         self._metrics["train" if self.model.training else "eval"]["stabledrl/estimator_passes"].append(
-            float(self._family_impl.estimator_passes(self.args))
+            float(self._diffusion_family.estimator_passes(self.args))
         )
         entropies = est.token_entropy if compute_entropy else None
         return est.token_logps, entropies, None

@@ -241,7 +241,7 @@ HONOURED: dict[str, str] = {
     "generation_batch_size": _T,
     "steps_per_generation": "here: test_group_exact.py::test_gradient_accumulation_equals_whole_batch",
     "temperature": "here: test_stabledrl_trainer.py::test_llada_rollouts_draw_from_the_configured_top_k",
-    "top_p": "here: diffusion/test_sampler.py::test_filtered_draws_follow_the_renormalised_softmax",
+    "top_p": "here: diffusion/test_llada_sampler.py::test_filtered_draws_follow_the_renormalised_softmax",
     "top_k": "here: test_stabledrl_trainer.py::test_llada_rollouts_draw_from_the_configured_top_k",
     "vllm_mode": _T,
     "vllm_model_impl": _T,

@@ -23,7 +23,7 @@ def main(out_path: str) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from stabledrl_trl import StableDRLConfig, StableDRLTrainer
-    from stabledrl_trl.diffusion.sampler import SamplerOutput
+    from stabledrl_trl.diffusion.llada_sampler import SamplerOutput
     from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
 
     tok = build_tiny_tokenizer()
@@ -77,7 +77,7 @@ def main(out_path: str) -> None:
             masks.append([1] * len(head) + [0] * (len(canvas) - len(head)))
         return SamplerOutput(torch.tensor(rows), torch.tensor(masks))
 
-    trainer._family_impl.generate = generate
+    trainer._diffusion_family.generate = generate
     trainer.train()
     rows = [row for part in gather_object([graded]) for row in part]
     if trainer.accelerator.is_main_process:

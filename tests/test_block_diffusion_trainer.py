@@ -67,7 +67,7 @@ def test_sdar_trains_with_block_sampler_and_staircase_estimates(tmp_path, monkey
     trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward,
                                args=make_args(tmp_path, **{"loss_type": loss_type, "mask_seed_mode": mask_seed_mode, **extra}),
                                train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
-    assert trainer.is_diffusion and trainer._family_impl.name == "sdar"
+    assert trainer.is_diffusion and trainer._diffusion_family.name == "sdar"
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     assert calls["block_generate"] >= 2 and calls["staircase_estimate"] >= 2, calls
@@ -217,7 +217,7 @@ def test_llada2_trains_with_every_loss_type(tmp_path, monkeypatch, loss_type, ma
     args = make_args(tmp_path, loss_type=loss_type, mask_seed_mode=mask_seed_mode, max_steps=1, **extra)
     trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer())  # fmt: skip
-    assert trainer._family_impl.name == "llada2"
+    assert trainer._diffusion_family.name == "llada2"
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     assert calls["block_generate"] >= 1 and calls["staircase_estimate"] >= 1, calls

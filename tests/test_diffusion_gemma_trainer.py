@@ -76,7 +76,7 @@ def test_gemma_trains_with_each_objective(tmp_path, monkeypatch, loss_type, mask
     args = make_args(tmp_path, loss_type=loss_type, mask_seed_mode=mask_seed_mode, **extra)
     trainer = StableDRLTrainer(model=make_gemma(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer())  # fmt: skip
-    assert trainer._family_impl.name == "diffusion_gemma"
+    assert trainer._diffusion_family.name == "diffusion_gemma"
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     assert calls["gemma_generate"] >= 1 and calls["uniform_noise_estimate"] >= 1, calls
@@ -206,7 +206,7 @@ def test_no_mask_token_needed(tmp_path):
         as_diffusion_lm(make_gemma(), tokenizer=tok, family="diffusion_gemma", mask_token_id=1)
     trainer = StableDRLTrainer(model=make_gemma(), reward_funcs=digit_reward, args=make_args(tmp_path),
                                train_dataset=make_dataset(), processing_class=tok)  # fmt: skip
-    assert trainer._dlm.mask_token_id == -1
+    assert trainer._model_adapter.mask_token_id == -1
 
 
 @pytest.mark.slow
@@ -268,4 +268,4 @@ def test_trainer_loads_a_saved_model_by_path(tmp_path):
     trainer = StableDRLTrainer(model=str(folder), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer())  # fmt: skip
     assert type(trainer.model).__name__ == "DiffusionGemmaForBlockDiffusion"
-    assert trainer._family_impl.name == "diffusion_gemma" and trainer._dlm.mask_token_id == -1
+    assert trainer._diffusion_family.name == "diffusion_gemma" and trainer._model_adapter.mask_token_id == -1

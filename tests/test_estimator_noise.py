@@ -73,7 +73,7 @@ def test_pure_noise_matches_an_independent_estimate_and_shared_masks_give_zero(t
     rows = cm.bool().any(-1)
     assert log_r.shape == (2 * int(rows.sum()),) and log_r.abs().max() > 0  # fresh masks: noise
     # the same pairs computed directly with family.estimate and the trainer's seeds (row keys 0..B-1)
-    family, args = trainer._family_impl, trainer.args
+    family, args = trainer._diffusion_family, trainer.args
     expected = []
     for d in range(2):
         values = []

@@ -37,7 +37,7 @@ def test_bert_for_masked_lm_trains_two_steps(tmp_path, as_path):
     trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward, args=make_args(tmp_path, max_steps=2),
                                train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
     assert type(trainer.model).__name__ == "BertForMaskedLM"
-    assert trainer.is_diffusion and trainer._family == "masked_lm"
+    assert trainer.is_diffusion and trainer._family_name == "masked_lm"
     trainer.train()
     assert trainer.state.global_step == 2
     after = dict(trainer.model.named_parameters())

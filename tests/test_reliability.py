@@ -197,7 +197,7 @@ def test_top_k_top_p_reach_llada_sampler_not_ignored(tmp_path):
     mask = torch.ones_like(prompt)
 
     def rollout(args):
-        return trainer._family_impl.generate(
+        return trainer._diffusion_family.generate(
             adapter,
             prompt,
             mask,
@@ -439,7 +439,7 @@ def test_model_card_names_stabledrl_cites_the_paper_and_its_quick_start_runs(tmp
     layout = {} if family == "llada" else dict(block_length=None, diffusion_steps=None)  # LLaDA's layout: its own
     args = make_args(tmp_path, max_steps=1, save_strategy="steps", save_steps=1, **layout)
     trainer = make_trainer(tmp_path, model=model, args=args)
-    assert trainer._family == family
+    assert trainer._family_name == family
     trainer.train()  # each checkpoint writes the model card, README.md, into output_dir (as TRL does)
     trainer.save_model(args.output_dir)
     build_tiny_tokenizer().save_pretrained(args.output_dir)

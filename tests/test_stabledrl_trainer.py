@@ -896,7 +896,7 @@ def test_dream_trains_with_dreams_own_sampler(tmp_path, monkeypatch):
         train_dataset=make_dataset(),
         processing_class=build_tiny_tokenizer(),
     )
-    assert trainer.is_diffusion and trainer._family == "dream"
+    assert trainer.is_diffusion and trainer._family_name == "dream"
     before = params_copy(trainer.model)
     trainer.train()
     assert seen and all(alg == "entropy" and shape == (4, 8) for alg, shape in seen)  # Dream's README default
@@ -943,7 +943,7 @@ def test_llada_rollouts_draw_from_the_configured_top_k(tmp_path, monkeypatch):
 @pytest.mark.parametrize("completion_end, expected", [("any_eos", [10, 11, 2]), ("tokenizer_eos", [10, 11, 2, 12, 0])])
 def test_completion_end_decides_which_eos_ends_the_scored_completion(tmp_path, monkeypatch, completion_end, expected):
     """Official: only tokenizer.eos_token_id (<|endoftext|>, 0 here) ends it; <|eot_id|> (2) before it is scored."""
-    from stabledrl_trl.diffusion.sampler import SamplerOutput, completion_mask_from_ids
+    from stabledrl_trl.diffusion.llada_sampler import SamplerOutput, completion_mask_from_ids
 
     tok = build_tiny_tokenizer()
     args = make_args(tmp_path, completion_end=completion_end)
@@ -957,7 +957,7 @@ def test_completion_end_decides_which_eos_ends_the_scored_completion(tmp_path, m
         ids = torch.tensor([[10, 11, 2, 12, 0, 0, 13, 0]]).expand(prompt_ids.shape[0], -1)  # (B, 8)
         return SamplerOutput(ids, completion_mask_from_ids(ids, eos_token_ids))
 
-    monkeypatch.setattr(trainer._family_impl, "generate", fake_generate)
+    monkeypatch.setattr(trainer._diffusion_family, "generate", fake_generate)
     completions, _ = trainer._generate_single_turn([[3, 20, 4]], None, None, 1)
     assert completions == [expected]
     assert (seen["eos"] == (0,)) == (completion_end == "tokenizer_eos")
@@ -968,7 +968,7 @@ def test_completion_end_decides_which_eos_ends_the_scored_completion(tmp_path, m
 
 def _canvas_rollouts(tok, calls):
     """A family `generate` stand-in: row k of the run gets the canvas  "<k%10>" EOS "a<k>"  then EOS padding."""
-    from stabledrl_trl.diffusion.sampler import SamplerOutput
+    from stabledrl_trl.diffusion.llada_sampler import SamplerOutput
 
     def encode(text):
         return tok(text, add_special_tokens=False)["input_ids"]
@@ -1009,7 +1009,7 @@ def test_reward_text_grades_the_cut_completion_or_the_whole_canvas(tmp_path, mon
         processing_class=tok,
     )
     calls = []
-    monkeypatch.setattr(trainer._family_impl, "generate", _canvas_rollouts(tok, calls))
+    monkeypatch.setattr(trainer._diffusion_family, "generate", _canvas_rollouts(tok, calls))
     trainer.train()
 
     assert len(seen) == 2 and len(calls) == 8  # two generation batches of 4 rows

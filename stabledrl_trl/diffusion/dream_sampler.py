@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampler import SamplerOutput, completion_mask_from_ids
+from .llada_sampler import SamplerOutput, completion_mask_from_ids
 
 LogitsFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 

@@ -15,7 +15,7 @@ policy (with gradient) -> the objective in `objectives.py` -> `aggregate_loss`.
 The built-in families, one module each in `diffusion/families/` (registered in this order; detection tries them in
 it, the masked-LM fallback last):
 - `families/llada.py`, "llada": full bidirectional attention. LLaDA's semi-autoregressive sampler
-  (`diffusion/sampler.py`) and the estimators of `diffusion/estimators.py` on the rollout's fixed canvas.
+  (`diffusion/llada_sampler.py`) and the estimators of `diffusion/estimators.py` on the rollout's fixed canvas.
 - `families/dream.py`, "dream": Dream's own sampler (`diffusion/dream_sampler.py`: global schedule, entropy /
   maskgit_plus / topk_margin / origin ranking) and the full-attention estimators; the adapter realigns its logits.
 - `families/sdar.py`, "sdar": block diffusion (SDAR, TraDo), block-causal attention. SDAR's block sampler with an

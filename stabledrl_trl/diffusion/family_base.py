@@ -25,8 +25,8 @@ from .adapter import DiffusionAdapter, realign_shifted_logits, unwrap_model
 from .dream_sampler import generate as dream_generate
 from .dream_sampler import validate_dream_sampler_args
 from .estimators import LikelihoodEstimate, default_num_samples, estimator_cost, get_estimator_spec
-from .sampler import SamplerOutput, validate_sampler_args
-from .sampler import generate as llada_generate
+from .llada_sampler import SamplerOutput, validate_sampler_args
+from .llada_sampler import generate as llada_generate
 from .sampler_settings import (  # noqa: F401  (the sampler-setting checks families run, importable from here)
     BLOCK_SAMPLER_DEFAULTS,
     DREAM_SAMPLER_DEFAULTS,
@@ -39,7 +39,7 @@ from .sampler_settings import (  # noqa: F401  (the sampler-setting checks famil
 
 
 def _llada_rollouts(adapter, prompt_ids, prompt_mask, args, eos_token_ids, generator) -> SamplerOutput:
-    """LLaDA's semi-autoregressive sampler (`diffusion/sampler.py`) with the config's settings.
+    """LLaDA's semi-autoregressive sampler (`diffusion/llada_sampler.py`) with the config's settings.
 
     Finished rows leave the batch (exact) unless the reward reads the whole canvas (`reward_text="canvas"`): the
     tokens after the first EOS are then graded and must be decoded. `rollout_cache`, `parallel_threshold` and
@@ -135,7 +135,7 @@ def _llada_card(settings) -> CardSnippet:
         f"    steps={s.diffusion_steps},\n    temperature=0.0,\n    remasking={s.remasking!r},\n"
     )
     return CardSnippet(
-        "from stabledrl_trl.diffusion.sampler import generate",
+        "from stabledrl_trl.diffusion.llada_sampler import generate",
         card_call("generate", "lm", body),
         f"LLaDA's masked-diffusion sampler, {s.max_completion_length} positions in blocks of {s.block_length}, "
         f"{s.diffusion_steps} steps, temperature {s.temperature:g}, remasking '{s.remasking}'.",

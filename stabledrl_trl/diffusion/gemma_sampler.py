@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .sampler import SamplerOutput, completion_mask_from_ids
+from .llada_sampler import SamplerOutput, completion_mask_from_ids
 
 
 @dataclass(frozen=True)

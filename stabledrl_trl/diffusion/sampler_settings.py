@@ -34,7 +34,7 @@ from trl import GRPOConfig
 from ..checks import _is_int, check_config_values, check_field_types
 from .block_sampler import REMASKING_STRATEGIES
 from .dream_sampler import validate_dream_sampler_args
-from .sampler import CACHE_MODES
+from .llada_sampler import CACHE_MODES, REMASKING_MODES
 
 # The rollout samplers several families share, by the name `diffusion_sampler` selects ("auto": the family's own);
 # `family_base.py` maps each to its run / check / card functions.
@@ -280,7 +280,7 @@ def check_sampler_values(settings, diffusion: bool | None = None) -> tuple[int |
     float ranges already checked); `diffusion`: the config's `diffusion` (False: an autoregressive model, which reads
     none of the diffusion samplers' settings)."""
     s = settings
-    if s.remasking not in ("low_confidence", "random"):
+    if s.remasking not in REMASKING_MODES:
         raise ValueError(f"remasking={s.remasking!r}; choose 'low_confidence' or 'random'.")
     if s.rollout_cache not in CACHE_MODES:
         raise ValueError(f"rollout_cache={s.rollout_cache!r}; choose 'none' (exact), 'prefix' or 'dual' (approximate).")

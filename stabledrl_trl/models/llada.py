@@ -342,7 +342,7 @@ class LLaDAModelLM(LlamaForCausalLM):
     def generate(self, *args, **kwargs):
         raise NotImplementedError(
             "LLaDA is a masked diffusion model, not an autoregressive one: `generate` (left-to-right decoding) does not "
-            "apply. Use the masked-diffusion sampler in stabledrl_trl.diffusion.sampler."
+            "apply. Use the masked-diffusion sampler in stabledrl_trl.diffusion.llada_sampler."
         )
 
 

@@ -31,7 +31,7 @@ from stabledrl_trl.diffusion.dream_sampler import (
     validate_dream_sampler_args,
 )
 from stabledrl_trl.diffusion.family import as_diffusion_lm
-from stabledrl_trl.diffusion.sampler import SamplerOutput
+from stabledrl_trl.diffusion.llada_sampler import SamplerOutput
 
 MASK, EOS, GEN = 95, 94, 16
 TIE_GAP = 1e-4  # confidence gaps below this could be reordered by float32 noise (the fixture README says ~1e-5)

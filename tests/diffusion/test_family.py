@@ -9,7 +9,7 @@ import torch
 from stabledrl_trl import StableDRLConfig
 from stabledrl_trl.diffusion.estimators import estimate_likelihood
 from stabledrl_trl.diffusion.family import FAMILIES, DiffusionFamily, as_diffusion_lm, get_family
-from stabledrl_trl.diffusion.sampler import generate
+from stabledrl_trl.diffusion.llada_sampler import generate
 
 
 def test_the_built_in_families_are_registered_in_detection_order():

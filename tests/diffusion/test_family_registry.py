@@ -105,14 +105,14 @@ def test_a_registered_family_trains_and_writes_its_model_card(toy_family, tmp_pa
         train_dataset=Dataset.from_list([{"prompt": f"{i}+{i + 1}="} for i in range(8)]),
         processing_class=build_tiny_tokenizer(),
     )
-    assert trainer.is_diffusion and trainer._family == "toy" and trainer._family_impl is toy_family
+    assert trainer.is_diffusion and trainer._family_name == "toy" and trainer._diffusion_family is toy_family
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
     assert len(changed) == len(before)
     trainer.create_model_card()
     card = (tmp_path / "out" / "README.md").read_text()
-    assert "from stabledrl_trl.diffusion.sampler import generate" in card  # the family's sampler (LLaDA's)
+    assert "from stabledrl_trl.diffusion.llada_sampler import generate" in card  # the family's sampler (LLaDA's)
     assert "block_length=4" in card and "LLaDA's masked-diffusion sampler, 8 positions in blocks of 4" in card
     # the card tells its reader to import the module that registers the family (here, this test module)
     assert f"import {__name__}  # registers the 'toy' family" in card and "is not part of stabledrl_trl" in card

@@ -10,7 +10,7 @@ from ..adapter import DiffusionAdapter, unwrap_model
 from ..block_estimators import StaircaseLogits, staircase_estimate
 from ..block_sampler import block_generate
 from ..family_base import CardSnippet, DiffusionFamily, card_call, estimator_options
-from ..sampler import SamplerOutput
+from ..llada_sampler import SamplerOutput
 
 
 class BlockDiffusionFamily(DiffusionFamily):

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from ..adapter import unwrap_model
 from ..family_base import CardSnippet, DiffusionFamily, register_family
 from ..gemma_sampler import gemma_generate, gemma_sampler_settings, row_generators
-from ..sampler import SamplerOutput
+from ..llada_sampler import SamplerOutput
 from ..uniform_estimators import UNIFORM_ESTIMATORS, estimator_passes, uniform_noise_estimate
 
 # LoRA targets: attention and dense-MLP linears of the encoder and decoder layers (TRL's SFT example), and, for

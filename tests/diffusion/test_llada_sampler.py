@@ -1,4 +1,4 @@
-"""Tests of LLaDA's masked-diffusion sampler (stabledrl_trl.diffusion.sampler).
+"""Tests of LLaDA's masked-diffusion sampler (stabledrl_trl.diffusion.llada_sampler).
 
 The sampler is compared token for token with a literal, unbatched transcription of LLaDA's reference algorithm
 (written below, computing over the whole sequence), on a tiny seeded bidirectional toy model and on the LLaDA
@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from stabledrl_trl.diffusion.sampler import (
+from stabledrl_trl.diffusion.llada_sampler import (
     SamplerOutput,
     completion_mask_from_ids,
     generate,
@@ -796,7 +796,7 @@ def test_cache_under_peft_equals_the_base_model(tiny_llada, tiny_tokenizer):
 
 
 def test_sampling_step_by_hand():
-    from stabledrl_trl.diffusion.sampler import sampling_step
+    from stabledrl_trl.diffusion.llada_sampler import sampling_step
 
     m = TOY_MASK
     # one row, a block of 4 positions, vocabulary of 4 (the mask token id 1 at -inf, as generate passes it)
