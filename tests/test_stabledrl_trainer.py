@@ -300,15 +300,10 @@ def test_a_new_estimator_is_one_registration(tmp_path):
     calls = []
 
     @estimators.register_estimator("toy_blocks", default_samples=3, options={"block_size": "estimator_block_size"})
-    def toy_blocks(logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *, mask_token_id, seed,
-                   num_samples=None, p_mask_prompt=0.0, chunk_size=None, eubo_beta=None, context_mask=None,
-                   mask_context=False, block_size=32):  # fmt: skip
-        calls.append((num_samples, block_size, p_mask_prompt))
-        return estimators.block_random(
-            logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id=mask_token_id,
-            seed=seed, num_samples=num_samples, p_mask_prompt=p_mask_prompt, chunk_size=chunk_size,
-            eubo_beta=eubo_beta, context_mask=context_mask, mask_context=mask_context, block_size=block_size,
-        )  # fmt: skip
+    @estimators.shared_keywords(num_samples=None, p_mask_prompt=0.0)
+    def toy_blocks(x: estimators.EstimatorInputs, *, block_size=32):  # only its own option; the rest is in x
+        calls.append((x.num_samples, block_size, x.p_mask_prompt))
+        return estimators.block_random.on_inputs(x, block_size=block_size)
 
     try:
         with pytest.raises(ValueError, match="sandwich=True needs likelihood_estimator="):

@@ -45,10 +45,11 @@ t_hat_k the realised mask ratio of the sample's real completion tokens; computed
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any
 
@@ -338,26 +339,97 @@ def _coupled_weights(masks: Masks, real: Tensor) -> Tensor:
     return masked / masked.sum(dim=1, keepdim=True).clamp(min=1)
 
 
+@dataclass(frozen=True, eq=False)
+class EstimatorInputs:
+    """The inputs every likelihood estimator shares, handed to it as one value (`shared_keywords` builds it from the
+    estimators' common keyword signature), so an estimator declares only its own options.
+
+    logits_fn: the model, (input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V) (see `LogitsFn`).
+    prompt_ids, prompt_mask: (B, P), left-padded. completion_ids, completion_mask: (B, C), right-padded; the mask is 1
+        on the scored tokens (up to and including the first EOS).
+    mask_token_id: the model's mask token. seed: an int, a torch.Generator or (B,) per-row seeds (`masking.Seed`).
+    num_samples: forward passes per completion (None: the estimator derives it from its options, as sdmc).
+    p_mask_prompt: probability of masking each prompt token. chunk_size: rows per forward pass (None: all).
+    eubo_beta: SPG's EUBO_beta is returned when given. context_mask (B, C): attended, never scored completion
+        positions (the rollout's EOS tail); mask_context: show them as mask tokens (the official StableDRL code).
+    """
+
+    logits_fn: LogitsFn
+    prompt_ids: Tensor  # (B, P)
+    prompt_mask: Tensor  # (B, P)
+    completion_ids: Tensor  # (B, C)
+    completion_mask: Tensor  # (B, C)
+    mask_token_id: int
+    seed: Seed
+    num_samples: int | None
+    p_mask_prompt: float
+    chunk_size: int | None = None
+    eubo_beta: float | None = None
+    context_mask: Tensor | None = None  # (B, C)
+    mask_context: bool = False
+
+
+# The keywords every estimator takes besides its own options (the fields of `EstimatorInputs` after the tensors).
+SHARED_KEYWORDS = tuple(f.name for f in fields(EstimatorInputs))[5:]
+
+
+def shared_keywords(*, num_samples: int | None, p_mask_prompt: float):
+    """Decorator: an estimator written as `fn(x: EstimatorInputs, *, own options) -> LikelihoodEstimate` becomes the
+    public estimator `fn(logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *, mask_token_id, seed,
+    num_samples=num_samples, p_mask_prompt=p_mask_prompt, chunk_size=None, eubo_beta=None, context_mask=None,
+    mask_context=False, **own options)`, with that signature (the registry reads its defaults). `num_samples` and
+    `p_mask_prompt` are the estimator's defaults; the function written on the inputs stays reachable as
+    `.on_inputs` (to build an estimator on another one)."""
+
+    def wrap(on_inputs: Callable[..., LikelihoodEstimate]) -> Callable[..., LikelihoodEstimate]:
+        own = list(inspect.signature(on_inputs).parameters.values())[1:]
+        wrong = [p.name for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.name in SHARED_KEYWORDS]
+        if wrong:
+            raise TypeError(
+                f"estimator {on_inputs.__name__}: its own options {wrong} must be keyword-only (after `*`) and not "
+                f"one of the shared keywords {list(SHARED_KEYWORDS)}, which reach it as fields of its EstimatorInputs."
+            )
+
+        def estimator(
+            logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *, mask_token_id, seed,
+            num_samples=num_samples, p_mask_prompt=p_mask_prompt, chunk_size=None, eubo_beta=None, context_mask=None,
+            mask_context=False, **options,
+        ) -> LikelihoodEstimate:  # fmt: skip
+            x = EstimatorInputs(
+                logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, seed, num_samples,
+                p_mask_prompt, chunk_size, eubo_beta, context_mask, mask_context,
+            )  # fmt: skip
+            return on_inputs(x, **options)
+
+        shared = list(inspect.signature(estimator).parameters.values())[:-1]  # without **options
+        functools.update_wrapper(estimator, on_inputs)
+        estimator.__signature__ = inspect.Signature([*shared, *own], return_annotation=LikelihoodEstimate)
+        estimator.on_inputs = on_inputs
+        return estimator
+
+    return wrap
+
+
 def _run(
-    draw_masks: MaskDraw, weigh: Weigh, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
-    mask_token_id: int, seed: Seed, chunk_size: int | None, eubo_beta: float | None, context_mask: Tensor | None,
-    mask_context: bool, unit_size: int = 1, weigh_entropy: Weigh | None = None,
-) -> LikelihoodEstimate:  # fmt: skip
+    draw_masks: MaskDraw, weigh: Weigh, x: EstimatorInputs, *, unit_size: int = 1, weigh_entropy: Weigh | None = None
+) -> LikelihoodEstimate:
     """What every estimator does: check the inputs, draw the masks from per-row seeds, weigh them, score.
 
     draw_masks: the estimator's mask sampler with its own options bound; weigh: its weight rule; weigh_entropy: the
     rule for the entropy (None: the same weights).
     """
-    _check_inputs(prompt_ids, prompt_mask, completion_ids, completion_mask, mask_token_id, chunk_size, eubo_beta)
-    masks = draw_masks(resolve_seed(seed, completion_ids.shape[0]), prompt_mask, completion_mask)
-    real = completion_mask.bool()  # (B, C)
+    _check_inputs(
+        x.prompt_ids, x.prompt_mask, x.completion_ids, x.completion_mask, x.mask_token_id, x.chunk_size, x.eubo_beta
+    )
+    masks = draw_masks(resolve_seed(x.seed, x.completion_ids.shape[0]), x.prompt_mask, x.completion_mask)
+    real = x.completion_mask.bool()  # (B, C)
     # both rules read the masks as drawn, before _estimate masks the context tail
     weights = weigh(masks, real)  # (B, K, C)
     entropy_weights = None if weigh_entropy is None else weigh_entropy(masks, real)  # (B, K, C)
     return _estimate(
-        logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask, masks, weights,
-        mask_token_id=mask_token_id, chunk_size=chunk_size, eubo_beta=eubo_beta, entropy_weights=entropy_weights,
-        context_mask=context_mask, mask_context=mask_context, unit_size=unit_size,
+        x.logits_fn, x.prompt_ids, x.prompt_mask, x.completion_ids, x.completion_mask, masks, weights,
+        mask_token_id=x.mask_token_id, chunk_size=x.chunk_size, eubo_beta=x.eubo_beta, entropy_weights=entropy_weights,
+        context_mask=x.context_mask, mask_context=x.mask_context, unit_size=unit_size,
     )  # fmt: skip
 
 
@@ -365,52 +437,18 @@ def _run(
 # Estimators
 
 
-def mean_field(
-    logits_fn: LogitsFn,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    mask_token_id: int,
-    seed: Seed,
-    num_samples: int = 1,
-    p_mask_prompt: float = 0.15,
-    chunk_size: int | None = None,
-    eubo_beta: float | None = None,
-    context_mask: Tensor | None = None,
-    mask_context: bool = False,
-) -> LikelihoodEstimate:
+@shared_keywords(num_samples=1, p_mask_prompt=0.15)
+def mean_field(x: EstimatorInputs) -> LikelihoodEstimate:
     """d1's one-step mean-field proxy: every completion token masked, prompt tokens w.p. p_mask_prompt.
 
     token_logps = log p(y_j) at each completion position; with num_samples > 1 (different prompt masks) averaged.
     """
-    draw = partial(mean_field_masks, num_samples=num_samples, p_mask_prompt=p_mask_prompt)
-    return _run(
-        draw, _mean_field_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context,
-    )  # fmt: skip
+    draw = partial(mean_field_masks, num_samples=x.num_samples, p_mask_prompt=x.p_mask_prompt)
+    return _run(draw, _mean_field_weights, x)
 
 
-def mc_elbo(
-    logits_fn: LogitsFn,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    mask_token_id: int,
-    seed: Seed,
-    num_samples: int = 2,
-    p_mask_prompt: float = 0.0,
-    chunk_size: int | None = None,
-    eubo_beta: float | None = None,
-    context_mask: Tensor | None = None,
-    mask_context: bool = False,
-    t_sampling: str = "uniform",
-    eps: float = 1e-3,
-) -> LikelihoodEstimate:
+@shared_keywords(num_samples=2, p_mask_prompt=0.0)
+def mc_elbo(x: EstimatorInputs, *, t_sampling: str = "uniform", eps: float = 1e-3) -> LikelihoodEstimate:
     """Monte-Carlo ELBO, per-token-mean form (the official StableDRL code): no 1/t weight.
 
     Per sample: t uniform in (0, 1] (or stratified), each real completion token masked w.p. eps + (1 - eps) t, at least
@@ -418,33 +456,13 @@ def mc_elbo(
     over samples.
     """
     draw = partial(
-        random_ratio_masks, num_samples=num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=p_mask_prompt
+        random_ratio_masks, num_samples=x.num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=x.p_mask_prompt
     )
-    return _run(
-        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context,
-    )  # fmt: skip
+    return _run(draw, _per_token_mean_weights, x)
 
 
-def mc_elbo_inv_t(
-    logits_fn: LogitsFn,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    mask_token_id: int,
-    seed: Seed,
-    num_samples: int = 2,
-    p_mask_prompt: float = 0.0,
-    chunk_size: int | None = None,
-    eubo_beta: float | None = None,
-    context_mask: Tensor | None = None,
-    mask_context: bool = False,
-    t_sampling: str = "uniform",
-    eps: float = 1e-3,
-) -> LikelihoodEstimate:
+@shared_keywords(num_samples=2, p_mask_prompt=0.0)
+def mc_elbo_inv_t(x: EstimatorInputs, *, t_sampling: str = "uniform", eps: float = 1e-3) -> LikelihoodEstimate:
     """Monte-Carlo ELBO with LLaDA / MDLM's 1/t weight, divided by the completion length.
 
     Same masks as `mc_elbo`; sample value = (sum of log p over masked real tokens) / (p * n_real), p = eps + (1-eps) t
@@ -454,58 +472,20 @@ def mc_elbo_inv_t(
     of order log(1/eps) / n_real^2 per token).
     """
     draw = partial(
-        random_ratio_masks, num_samples=num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=p_mask_prompt
+        random_ratio_masks, num_samples=x.num_samples, t_sampling=t_sampling, eps=eps, p_mask_prompt=x.p_mask_prompt
     )
-    return _run(
-        draw, _inv_t_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context, weigh_entropy=_per_token_mean_weights,
-    )  # fmt: skip
+    return _run(draw, _inv_t_weights, x, weigh_entropy=_per_token_mean_weights)
 
 
-def block_random(
-    logits_fn: LogitsFn,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    mask_token_id: int,
-    seed: Seed,
-    num_samples: int = 2,
-    p_mask_prompt: float = 0.15,
-    chunk_size: int | None = None,
-    eubo_beta: float | None = None,
-    context_mask: Tensor | None = None,
-    mask_context: bool = False,
-    block_size: int = 32,
-) -> LikelihoodEstimate:
+@shared_keywords(num_samples=2, p_mask_prompt=0.15)
+def block_random(x: EstimatorInputs, *, block_size: int = 32) -> LikelihoodEstimate:
     """SPG's block-random ELBO (the official StableDRL code): masks from `block_random_masks`, per-token-mean form."""
-    draw = partial(block_random_masks, num_samples=num_samples, block_size=block_size, p_mask_prompt=p_mask_prompt)
-    return _run(
-        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context,
-    )  # fmt: skip
+    draw = partial(block_random_masks, num_samples=x.num_samples, block_size=block_size, p_mask_prompt=x.p_mask_prompt)
+    return _run(draw, _per_token_mean_weights, x)
 
 
-def block_random_coupled(
-    logits_fn: LogitsFn,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    mask_token_id: int,
-    seed: Seed,
-    num_samples: int = 2,
-    p_mask_prompt: float = 0.15,
-    chunk_size: int | None = None,
-    eubo_beta: float | None = None,
-    context_mask: Tensor | None = None,
-    mask_context: bool = False,
-    block_size: int = 32,
-) -> LikelihoodEstimate:
+@shared_keywords(num_samples=2, p_mask_prompt=0.15)
+def block_random_coupled(x: EstimatorInputs, *, block_size: int = 32) -> LikelihoodEstimate:
     """The official block-random estimate with complementary masks inside the chosen block (lower variance).
 
     Masks from `block_random_coupled_masks`: passes 2q, 2q+1 share a block (pairs take different blocks as the
@@ -515,32 +495,13 @@ def block_random_coupled(
     same formula on these masks. num_samples counts passes (even).
     """
     draw = partial(
-        block_random_coupled_masks, num_samples=num_samples, block_size=block_size, p_mask_prompt=p_mask_prompt
+        block_random_coupled_masks, num_samples=x.num_samples, block_size=block_size, p_mask_prompt=x.p_mask_prompt
     )
-    return _run(
-        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context, unit_size=2,
-    )  # fmt: skip
+    return _run(draw, _per_token_mean_weights, x, unit_size=2)
 
 
-def sdmc(
-    logits_fn: LogitsFn,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    mask_token_id: int,
-    seed: Seed,
-    num_samples: int | None = None,
-    p_mask_prompt: float = 0.0,
-    chunk_size: int | None = None,
-    eubo_beta: float | None = None,
-    context_mask: Tensor | None = None,
-    mask_context: bool = False,
-    nodes: int = 3,
-) -> LikelihoodEstimate:
+@shared_keywords(num_samples=None, p_mask_prompt=0.0)
+def sdmc(x: EstimatorInputs, *, nodes: int = 3) -> LikelihoodEstimate:
     """Semi-deterministic Monte-Carlo ELBO (GDPO; Block-R1, NeMo-RL): Gauss-Legendre quadrature over t.
 
         ELBO / n = int_0^1 (1/(t n)) E[sum of log p over tokens masked w.p. t] dt
@@ -552,72 +513,31 @@ def sdmc(
     m_i / (t_i n) is far from 1 on short completions (t = 0.047, n = 5: 4.3x), which biases the estimate. Cost: one
     pass per node; num_samples (passes, a multiple of nodes; None = nodes) averages repeats.
     """
-    draw = partial(sdmc_masks, num_samples=num_samples, nodes=nodes, coupled=False, p_mask_prompt=p_mask_prompt)
-    return _run(
-        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context, unit_size=nodes,
-    )  # fmt: skip
+    draw = partial(sdmc_masks, num_samples=x.num_samples, nodes=nodes, coupled=False, p_mask_prompt=x.p_mask_prompt)
+    return _run(draw, _per_token_mean_weights, x, unit_size=nodes)
 
 
-def sdmc_coupled(
-    logits_fn: LogitsFn,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    mask_token_id: int,
-    seed: Seed,
-    num_samples: int | None = None,
-    p_mask_prompt: float = 0.0,
-    chunk_size: int | None = None,
-    eubo_beta: float | None = None,
-    context_mask: Tensor | None = None,
-    mask_context: bool = False,
-    nodes: int = 3,
-) -> LikelihoodEstimate:
+@shared_keywords(num_samples=None, p_mask_prompt=0.0)
+def sdmc_coupled(x: EstimatorInputs, *, nodes: int = 3) -> LikelihoodEstimate:
     """`sdmc` with complementary masks at each node: the node's second pass masks the other real tokens.
 
     Node i's two passes (m_i and n - m_i masked, m_i clamped to [1, n - 1]) each get weight omega_i / 2, so the
     estimate is sum_i omega_i (mean over S_i + mean over the complement) / 2. Cost: two passes per node; num_samples
     (a multiple of 2 * nodes; None = 2 * nodes) averages repeats.
     """
-    draw = partial(sdmc_masks, num_samples=num_samples, nodes=nodes, coupled=True, p_mask_prompt=p_mask_prompt)
-    return _run(
-        draw, _per_token_mean_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context, unit_size=2 * nodes,
-    )  # fmt: skip
+    draw = partial(sdmc_masks, num_samples=x.num_samples, nodes=nodes, coupled=True, p_mask_prompt=x.p_mask_prompt)
+    return _run(draw, _per_token_mean_weights, x, unit_size=2 * nodes)
 
 
-def coupled(
-    logits_fn: LogitsFn,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    mask_token_id: int,
-    seed: Seed,
-    num_samples: int = 2,
-    p_mask_prompt: float = 0.0,
-    chunk_size: int | None = None,
-    eubo_beta: float | None = None,
-    context_mask: Tensor | None = None,
-    mask_context: bool = False,
-) -> LikelihoodEstimate:
+@shared_keywords(num_samples=2, p_mask_prompt=0.0)
+def coupled(x: EstimatorInputs) -> LikelihoodEstimate:
     """Coupled (complementary) masks, DiffuCoder / ESPO: each pair scores every real token exactly once.
 
     num_samples counts forward passes (even). Pair value = mean over real tokens of log p from the pass where the
     token was masked; estimate = mean over pairs. With one real token both passes mask it and it is averaged over them.
     """
-    draw = partial(coupled_masks, num_samples=num_samples, p_mask_prompt=p_mask_prompt)
-    return _run(
-        draw, _coupled_weights, logits_fn, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        mask_token_id=mask_token_id, seed=seed, chunk_size=chunk_size, eubo_beta=eubo_beta, context_mask=context_mask,
-        mask_context=mask_context, unit_size=2,
-    )  # fmt: skip
+    draw = partial(coupled_masks, num_samples=x.num_samples, p_mask_prompt=x.p_mask_prompt)
+    return _run(draw, _coupled_weights, x, unit_size=2)
 
 
 @dataclass(frozen=True)
@@ -670,11 +590,6 @@ class EstimatorSpec:
         return {k: options.get(k, params[k].default) for k in self.options} | dict(options)
 
 
-# The keywords every estimator takes besides its own options.
-SHARED_KEYWORDS = (
-    "mask_token_id", "seed", "num_samples", "p_mask_prompt", "chunk_size", "eubo_beta", "context_mask", "mask_context",
-)  # fmt: skip
-
 # Every likelihood estimator, by the name `likelihood_estimator` selects; `register_estimator` adds one.
 ESTIMATOR_SPECS: dict[str, EstimatorSpec] = {}
 
@@ -722,7 +637,7 @@ def register_estimator(
             raise TypeError(
                 f"estimator {name!r} ({fn.__name__}) does not take {missing}; an estimator takes (logits_fn, "
                 f"prompt_ids, prompt_mask, completion_ids, completion_mask, *, {', '.join(SHARED_KEYWORDS)}) and its "
-                "own options."
+                "own options (an estimator written on EstimatorInputs gets them from @shared_keywords)."
             )
         if default_samples is None and params["num_samples"].default is inspect.Parameter.empty:
             raise TypeError(f"estimator {name!r}: give num_samples a default or pass default_samples=.")
