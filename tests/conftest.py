@@ -1,5 +1,6 @@
-"""Shared pytest fixtures: the tiny tokenizer, a tiny random LLaDA model, the LLaDA checkpoint fixture and a
-loader for the scripts in scripts/."""
+"""Shared pytest fixtures: the tiny tokenizer, tiny random models (LLaDA, Llama, SDAR, LLaDA2), call counting, the
+LLaDA checkpoint fixture and a loader for the scripts in scripts/. Plain helpers of the trainer tests (a reward, a
+dataset, a tiny run's config) are in `tiny_run.py`."""
 
 from __future__ import annotations
 
@@ -95,6 +96,19 @@ def tiny_llama(tiny_tokenizer):
         return LlamaForCausalLM(config)
 
 
+def _scaled_random(build_model, seed: int):
+    """`build_model()` under seed `seed`, every weight but the norms redrawn N(0, 0.3^2) (large enough for confident,
+    varied logits), in eval mode; the global RNG is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if not name.endswith("norm.weight"):
+                    p.copy_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
 @pytest.fixture(scope="session")
 def tiny_sdar():
     """`tiny_sdar(seed=0, **config_overrides)` builds a float32 `SDARForCausalLM` from `tiny_sdar_config_dict` in
@@ -104,14 +118,7 @@ def tiny_sdar():
     from stabledrl_trl.tiny import tiny_sdar_config_dict
 
     def build(seed: int = 0, **overrides):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = SDARForCausalLM(SDARConfig(**tiny_sdar_config_dict(**overrides)))
-            with torch.no_grad():
-                for name, p in model.named_parameters():
-                    if not name.endswith("norm.weight"):
-                        p.copy_(0.3 * torch.randn_like(p))
-        return model.eval()
+        return _scaled_random(lambda: SDARForCausalLM(SDARConfig(**tiny_sdar_config_dict(**overrides))), seed)
 
     return build
 
@@ -124,16 +131,40 @@ def tiny_llada2():
     from stabledrl_trl.tiny import tiny_llada2_config_dict
 
     def build(seed: int = 0, **overrides):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = LLaDA2MoeModelLM(LLaDA2MoeConfig(**tiny_llada2_config_dict(**overrides)))
-            with torch.no_grad():
-                for name, p in model.named_parameters():
-                    if not name.endswith("norm.weight"):
-                        p.copy_(0.3 * torch.randn_like(p))
-        return model.eval()
+        return _scaled_random(lambda: LLaDA2MoeModelLM(LLaDA2MoeConfig(**tiny_llada2_config_dict(**overrides))), seed)
 
     return build
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread during the test, restored after: tiny tensors gain nothing from intra-op threads, and
+    spinning threads slow down badly on a busy machine. A module turns it on for all its tests with
+    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def count_calls(monkeypatch):
+    """`count_calls(module, "f", "g")` replaces those functions of `module` by wrappers counting their calls (undone
+    after the test) and returns the live counts {"f": 0, "g": 0}: which code path a run took."""
+
+    def count(module, *names: str) -> dict[str, int]:
+        calls = dict.fromkeys(names, 0)
+        for name in names:
+            original = getattr(module, name)
+
+            def counted(*a, _name=name, _orig=original, **k):
+                calls[_name] += 1
+                return _orig(*a, **k)
+
+            monkeypatch.setattr(module, name, counted)
+        return calls
+
+    return count
 
 
 @pytest.fixture(scope="session")

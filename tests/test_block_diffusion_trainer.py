@@ -4,23 +4,14 @@ work, MoE routing is logged."""
 
 import pytest
 import torch
-from datasets import Dataset
+from tiny_run import digit_reward, make_dataset, params_copy, tiny_args
 
-from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+from stabledrl_trl import StableDRLTrainer
 from stabledrl_trl.diffusion.families import block_causal as family_module  # the block families call these
 from stabledrl_trl.diffusion.family import detect_family
 from stabledrl_trl.stabledrl_config import TRL_LOSS_TYPES
 from stabledrl_trl.stabledrl_trainer import expert_load_entropy
 from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada2_config_dict, tiny_sdar_config_dict
-
-
-def digit_reward(prompts, completions, **kwargs):
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
-
-
-def make_dataset(n=8):
-    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+{i + 1}="}]} for i in range(n)])
 
 
 def make_sdar(seed=0, **overrides):
@@ -33,42 +24,26 @@ def make_sdar(seed=0, **overrides):
 
 
 def make_args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
-                max_completion_length=8, max_steps=2, learning_rate=1e-3, logging_steps=1, save_strategy="no",
+    base = dict(gradient_accumulation_steps=1, max_completion_length=8, max_steps=2, learning_rate=1e-3, logging_steps=1, save_strategy="no",
                 seed=7, temperature=1.0, likelihood_estimator="mc_elbo", mc_samples=2)  # fmt: skip
-    base.update(kw)
-    return StableDRLConfig(**base)
-
-
-def counting(monkeypatch):
-    calls = {"block_generate": 0, "staircase_estimate": 0}
-    for name in calls:
-        original = getattr(family_module, name)
-
-        def counted(*a, _name=name, _orig=original, **k):
-            calls[_name] += 1
-            return _orig(*a, **k)
-
-        monkeypatch.setattr(family_module, name, counted)
-    return calls
+    return tiny_args(tmp_path, **{**base, **kw})
 
 
 @pytest.mark.parametrize(
     "loss_type, mask_seed_mode", [("stable_drl", "fresh"), ("stable_drl", "shared"), ("stable_drl_ratio", "fresh"),
                                   ("dgpo", "shared"), ("grpo_sequence", "fresh"), ("dapo", "shared")]
 )  # fmt: skip
-def test_sdar_trains_with_block_sampler_and_staircase_estimates(tmp_path, monkeypatch, loss_type, mask_seed_mode):
+def test_sdar_trains_with_block_sampler_and_staircase_estimates(tmp_path, count_calls, loss_type, mask_seed_mode):
     model = make_sdar()
     assert detect_family(model) == "sdar"
-    calls = counting(monkeypatch)
+    calls = count_calls(family_module, "block_generate", "staircase_estimate")
     # TRL's grpo on fresh masks: at sequence level (per-token ratios on fresh random masks are refused)
     extra = dict(loss_type="grpo", importance_sampling_level="sequence") if loss_type == "grpo_sequence" else {}
     trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward,
                                args=make_args(tmp_path, **{"loss_type": loss_type, "mask_seed_mode": mask_seed_mode, **extra}),
                                train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
     assert trainer.is_diffusion and trainer._diffusion_family.name == "sdar"
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    before = params_copy(trainer.model)
     trainer.train()
     assert calls["block_generate"] >= 2 and calls["staircase_estimate"] >= 2, calls
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
@@ -83,7 +58,7 @@ def test_sdar_official_objective_with_spg_sandwich(tmp_path):
                      p_mask_prompt=0.15)  # fmt: skip
     trainer = StableDRLTrainer(model=make_sdar(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer())  # fmt: skip
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    before = params_copy(trainer.model)
     trainer.train()
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
 
@@ -98,7 +73,7 @@ def test_sdar_lora_shared_masks_start_on_policy(tmp_path):
     trainer = StableDRLTrainer(model=make_sdar(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer(),
                                peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))  # fmt: skip
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    before = params_copy(trainer.model)
     trainer.train()
     after = dict(trainer.model.named_parameters())
     assert all(torch.equal(after[n], before[n]) for n in before if "lora_" not in n)
@@ -209,16 +184,16 @@ LLADA2_RUNS += [(loss, "shared", {}) for loss in TRL_LOSS_TYPES]  # fmt: skip
 
 
 @pytest.mark.parametrize("loss_type, mask_seed_mode, extra", LLADA2_RUNS)
-def test_llada2_trains_with_every_loss_type(tmp_path, monkeypatch, loss_type, mask_seed_mode, extra):
+def test_llada2_trains_with_every_loss_type(tmp_path, count_calls, loss_type, mask_seed_mode, extra):
     """LLaDA2 (MoE) through the llada2 family: its rollouts and staircase estimates, one optimiser step per loss."""
     model = make_llada2()
     assert detect_family(model) == "llada2"
-    calls = counting(monkeypatch)
+    calls = count_calls(family_module, "block_generate", "staircase_estimate")
     args = make_args(tmp_path, loss_type=loss_type, mask_seed_mode=mask_seed_mode, max_steps=1, **extra)
     trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer())  # fmt: skip
     assert trainer._diffusion_family.name == "llada2"
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    before = params_copy(trainer.model)
     trainer.train()
     assert calls["block_generate"] >= 1 and calls["staircase_estimate"] >= 1, calls
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
@@ -241,7 +216,7 @@ def test_llada2_lora_on_attention_and_experts_with_checkpointing(tmp_path):
         trainer = StableDRLTrainer(model=make_llada2(seed=1), reward_funcs=digit_reward, args=args,
                                    train_dataset=make_dataset(), processing_class=build_tiny_tokenizer(),
                                    peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=targets))  # fmt: skip
-        before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        before = params_copy(trainer.model)
         trainer.train()
         after = dict(trainer.model.named_parameters())
         assert all(torch.equal(after[n], before[n]) for n in before if "lora_" not in n)

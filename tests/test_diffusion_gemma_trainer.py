@@ -4,21 +4,12 @@ refused when the trainer is built."""
 
 import pytest
 import torch
-from datasets import Dataset
+from tiny_run import digit_reward, make_dataset, params_copy, tiny_args
 
-from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+from stabledrl_trl import StableDRLTrainer
 from stabledrl_trl.diffusion.families import diffusion_gemma as family_module
 from stabledrl_trl.diffusion.family import detect_family, detect_family_from_config, get_family
 from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_diffusion_gemma_config
-
-
-def digit_reward(prompts, completions, **kwargs):
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
-
-
-def make_dataset(n=8):
-    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+{i + 1}="}]} for i in range(n)])
 
 
 def make_gemma(seed=0):
@@ -30,12 +21,9 @@ def make_gemma(seed=0):
 
 
 def make_args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
-                max_completion_length=8, block_denoising_steps=3, max_steps=1, learning_rate=1e-3, logging_steps=1,
+    base = dict(gradient_accumulation_steps=1, max_completion_length=8, block_denoising_steps=3, max_steps=1, learning_rate=1e-3, logging_steps=1,
                 save_strategy="no", seed=7, temperature=1.0, gradient_checkpointing=False)  # fmt: skip
-    base.update(kw)
-    return StableDRLConfig(**base)
+    return tiny_args(tmp_path, **{**base, **kw})
 
 
 def test_detected_from_model_and_from_config_before_loading(tmp_path):
@@ -48,19 +36,6 @@ def test_detected_from_model_and_from_config_before_loading(tmp_path):
     assert detect_family_from_config(model.config.text_config) is None  # the text sub-config alone is not the model
 
 
-def counting(monkeypatch):
-    calls = {"gemma_generate": 0, "uniform_noise_estimate": 0}
-    for name in calls:
-        original = getattr(family_module, name)
-
-        def counted(*a, _name=name, _orig=original, **k):
-            calls[_name] += 1
-            return _orig(*a, **k)
-
-        monkeypatch.setattr(family_module, name, counted)
-    return calls
-
-
 RUNS = [
     ("stable_drl", "fresh", {"likelihood_estimator": "block_random"}),
     ("stable_drl_ratio", "fresh", {"likelihood_estimator": "block_random_coupled"}),
@@ -71,13 +46,13 @@ RUNS = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loss_type, mask_seed_mode, extra", RUNS)
-def test_gemma_trains_with_each_objective(tmp_path, monkeypatch, loss_type, mask_seed_mode, extra):
-    calls = counting(monkeypatch)
+def test_gemma_trains_with_each_objective(tmp_path, count_calls, loss_type, mask_seed_mode, extra):
+    calls = count_calls(family_module, "gemma_generate", "uniform_noise_estimate")
     args = make_args(tmp_path, loss_type=loss_type, mask_seed_mode=mask_seed_mode, **extra)
     trainer = StableDRLTrainer(model=make_gemma(), reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer())  # fmt: skip
     assert trainer._diffusion_family.name == "diffusion_gemma"
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    before = params_copy(trainer.model)
     trainer.train()
     assert calls["gemma_generate"] >= 1 and calls["uniform_noise_estimate"] >= 1, calls
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
@@ -102,7 +77,7 @@ def test_gemma_lora_on_attention_mlp_and_experts(tmp_path):
     args = make_args(tmp_path, loss_type="stable_drl", mask_seed_mode="shared", learning_rate=1e-2)
     trainer = StableDRLTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=make_dataset(),
                                processing_class=build_tiny_tokenizer(), peft_config=lora)  # fmt: skip
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    before = params_copy(trainer.model)
     trainer.train()
     after = dict(trainer.model.named_parameters())
     assert all(torch.equal(after[n], before[n]) for n in before if "lora_" not in n)
@@ -221,7 +196,7 @@ def test_gradient_checkpointing_gives_the_same_step(tmp_path):
                                    train_dataset=make_dataset(), processing_class=build_tiny_tokenizer())  # fmt: skip
         trainer.train()
         loss = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-        weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        weights = params_copy(trainer.model)
         results.append((loss, weights))
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-4, abs=1e-6)
     for name, w in results[0][1].items():

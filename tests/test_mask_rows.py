@@ -5,36 +5,22 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from datasets import Dataset
+from tiny_run import digit_reward, make_dataset, make_llada, tiny_args
 
-from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+from stabledrl_trl import StableDRLTrainer
 from stabledrl_trl.diffusion.seeding import rollout_row_keys
-from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
-
-
-def digit_reward(prompts, completions, **kwargs):
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
+from stabledrl_trl.tiny import build_tiny_tokenizer
 
 
 def make_trainer(tmp_path, **kw):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(**tiny_llada_config_dict())
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config)
     base = dict(
-        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=4,
-        num_generations=4, gradient_accumulation_steps=1, max_completion_length=8, block_length=4, diffusion_steps=4,
+        gradient_accumulation_steps=1, max_completion_length=8, block_length=4, diffusion_steps=4,
         max_steps=1, logging_steps=1, save_strategy="no", gradient_checkpointing=False, seed=7,
         likelihood_estimator="block_random", estimator_block_size=4, mc_samples=2, mask_seed_mode="fresh",
     )  # fmt: skip
-    base.update(kw)
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+{i + 1}="}]} for i in range(8)])
     return StableDRLTrainer(
-        model=model, reward_funcs=digit_reward, args=StableDRLConfig(**base), train_dataset=dataset,
-        processing_class=build_tiny_tokenizer(),
+        model=make_llada(), reward_funcs=digit_reward, args=tiny_args(tmp_path, **{**base, **kw}),
+        train_dataset=make_dataset(), processing_class=build_tiny_tokenizer(),
     )  # fmt: skip
 
 

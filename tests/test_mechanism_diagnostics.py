@@ -11,8 +11,9 @@ import math
 import pytest
 import torch
 from datasets import Dataset
+from tiny_run import make_llada, tiny_args
 
-from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+from stabledrl_trl import StableDRLTrainer
 from stabledrl_trl.diffusion.estimators import estimator_standard_error
 from stabledrl_trl.objectives import (
     dgpo_loss,
@@ -22,7 +23,7 @@ from stabledrl_trl.objectives import (
     trl_applied_weights,
     weight_by_advantage_sign,
 )
-from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
+from stabledrl_trl.tiny import build_tiny_tokenizer
 
 # Planted sequence ratios r = [1.5, 3, 0.9, 0.5] for advantages [1, -1, 0.5, -0.5] (one group of 4).
 RATIOS = torch.tensor([1.5, 3.0, 0.9, 0.5])
@@ -100,19 +101,8 @@ def test_own_objectives_applied_weights():
 
 
 def make_trainer(tmp_path, reward_func=None, **kw):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(**tiny_llada_config_dict())
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config)
+    model = make_llada()
     base = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        per_device_train_batch_size=4,
-        num_generations=4,
         max_completion_length=4,
         max_steps=1,
         save_strategy="no",
@@ -121,7 +111,6 @@ def make_trainer(tmp_path, reward_func=None, **kw):
         p_mask_prompt=0.0,
         mask_seed_mode="shared",
     )
-    base.update(kw)
 
     def default_reward(prompts, completions, **_):
         return [0.0] * len(completions)
@@ -129,7 +118,7 @@ def make_trainer(tmp_path, reward_func=None, **kw):
     trainer = StableDRLTrainer(
         model=model,
         reward_funcs=reward_func or default_reward,
-        args=StableDRLConfig(**base),
+        args=tiny_args(tmp_path, **{**base, **kw}),
         train_dataset=Dataset.from_list([{"prompt": f"{i}+1="} for i in range(4)]),
         processing_class=build_tiny_tokenizer(),
     )

@@ -10,38 +10,15 @@ import os
 import pytest
 import torch
 from datasets import Dataset
+from tiny_run import digit_reward, make_dataset, make_llada, params_copy, tiny_args  # noqa: F401  (imported from here too)
 
-from stabledrl_trl import StableDRLConfig, StableDRLTrainer
+from stabledrl_trl import StableDRLTrainer
 from stabledrl_trl.stabledrl_trainer import NonFiniteGradientError, RewardFunctionError
-from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
-
-
-def digit_reward(prompts, completions, **kwargs):
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
-
-
-def make_dataset(n=8):
-    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+{i + 1}="}]} for i in range(n)])
-
-
-def make_llada(seed=0, **overrides):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(**tiny_llada_config_dict(**overrides))
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return AutoModelForCausalLM.from_config(config)
+from stabledrl_trl.tiny import build_tiny_tokenizer
 
 
 def make_args(tmp_path, **kw):
     base = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        per_device_train_batch_size=4,
-        num_generations=4,
         max_completion_length=8,
         max_steps=2,
         learning_rate=1e-3,
@@ -51,8 +28,7 @@ def make_args(tmp_path, **kw):
         seed=7,
         temperature=1.0,
     )
-    base.update(kw)
-    return StableDRLConfig(**base)
+    return tiny_args(tmp_path, **{**base, **kw})
 
 
 def make_trainer(tmp_path, model=None, reward=digit_reward, dataset=None, args=None, **kw):
@@ -64,10 +40,6 @@ def make_trainer(tmp_path, model=None, reward=digit_reward, dataset=None, args=N
         processing_class=build_tiny_tokenizer(),
         **kw,
     )
-
-
-def params_copy(model):
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 # --------------------------------------------------------------------------- non-finite steps

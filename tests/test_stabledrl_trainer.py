@@ -5,10 +5,11 @@ import inspect
 import pytest
 import torch
 from datasets import Dataset
+from tiny_run import digit_reward, make_dataset, make_llada, params_copy, tiny_args
 from trl import GRPOTrainer
 
-from stabledrl_trl import StableDRLConfig, StableDRLTrainer
-from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
+from stabledrl_trl import StableDRLTrainer
+from stabledrl_trl.tiny import build_tiny_tokenizer
 
 # The TRL hooks StableDRLTrainer overrides, with the parameters it relies on (TRL 1.16.0).
 EXPECTED_HOOKS = {
@@ -43,33 +44,8 @@ TRAINER_HOOKS = (
 )
 
 
-def digit_reward(prompts, completions, **kwargs):
-    """Fraction of characters that are digits: varied across samples, so advantages are non-zero."""
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
-
-
-def make_dataset(n=8):
-    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i}+{i + 1}="}]} for i in range(n)])
-
-
-def make_llada(seed=0, **overrides):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(**tiny_llada_config_dict(**overrides))
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return AutoModelForCausalLM.from_config(config)
-
-
 def make_args(tmp_path, **kw):
     base = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        per_device_train_batch_size=4,
-        num_generations=4,
         gradient_accumulation_steps=1,
         max_completion_length=8,
         block_length=4,
@@ -82,12 +58,7 @@ def make_args(tmp_path, **kw):
         seed=7,
         temperature=1.0,
     )
-    base.update(kw)
-    return StableDRLConfig(**base)
-
-
-def params_copy(model):
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    return tiny_args(tmp_path, **{**base, **kw})
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_HOOKS))
