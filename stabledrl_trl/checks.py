@@ -230,6 +230,11 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_number(value) -> bool:
+    """An int or a float, not a bool (the samplers' argument checks)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _is_torch_dtype(name: str) -> bool:
     import torch
 

@@ -64,7 +64,7 @@ def test_recipes_name_one_or_two_files_each():
         ("stabledrl_trl.diffusion.estimators", ["register_estimator", "SHARED_KEYWORDS", "estimate_likelihood"]),
         ("stabledrl_trl.diffusion.block_estimators", ["staircase_estimate"]),
         ("stabledrl_trl.diffusion.family", ["as_diffusion_lm", "MaskedDiffusionFamily", "BlockDiffusionFamily"]),
-        ("stabledrl_trl.tasks", ["TASKS", "TaskSpec"]),
+        ("stabledrl_trl.tasks", ["TASKS", "TaskSpec", "register_task"]),
         ("stabledrl_trl.diffusion.llada_sampler", ["CACHE_MODES", "sampling_step"]),
         ("stabledrl_trl.validation", ["check_inputs_before_loading", "check_model_setup", "check_data_setup",
                                       "check_launch_setup"]),  # fmt: skip

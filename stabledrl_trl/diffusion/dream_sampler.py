@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import _is_int, _is_number
 from .llada_sampler import SamplerOutput, completion_mask_from_ids
 
 LogitsFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -62,14 +63,6 @@ class DreamSamplerOutput(SamplerOutput):
     """`SamplerOutput` plus, with `return_history=True`, the canvas after each step (Dream's output_history)."""
 
     history: torch.Tensor | None = None  # (steps, B, gen_length) long
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _eos_tuple(eos_token_ids) -> tuple[int, ...]:

@@ -43,6 +43,7 @@ import torch
 
 from stabledrl_trl.models.bidirectional import CanvasCache
 
+from ..checks import _is_int, _is_number
 from .filtering import filter_logits, validate_filter_args
 
 LogitsFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -61,14 +62,6 @@ class SamplerOutput:
     completion_mask: torch.Tensor  # (B, gen_length) long: 1 up to and including the first EOS token, 0 after
     forward_passes: torch.Tensor | None = None  # (B,) long: model forwards that included each row
     model_calls: int = 0  # calls of logits_fn (each over the rows still decoding)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def validate_sampler_args(gen_length, block_length, steps, temperature, remasking, cfg_scale, mask_token_id) -> None:

@@ -140,6 +140,20 @@ def get_task(name: str) -> TaskSpec:
     return TASKS[key]
 
 
+def register_task(spec: TaskSpec, *, replace: bool = False) -> TaskSpec:
+    """Add `spec` to `TASKS` under its name, where `get_task` and the scripts find it; a task module calls this when
+    imported. The name must be lower-case without surrounding spaces (how `get_task` looks names up); a taken name
+    is refused unless `replace=True`. Returns `spec`."""
+    if not isinstance(spec, TaskSpec):
+        raise TypeError(f"register_task needs a TaskSpec, got {type(spec).__name__}.")
+    if not spec.name or spec.name != spec.name.strip().lower():
+        raise ValueError(f"task name {spec.name!r}: use a non-empty lower-case name without surrounding spaces.")
+    if spec.name in TASKS and not replace:
+        raise ValueError(f"a task named {spec.name!r} is already registered; choose another name or pass replace=True.")
+    TASKS[spec.name] = spec
+    return spec
+
+
 def load_task_dataset(
     task: str,
     split: str = "train",
@@ -196,6 +210,7 @@ __all__ = [
     "has_answer_format",
     "last_boxed",
     "load_task_dataset",
+    "register_task",
 ]
 # Each registers its tasks: "digit_sort" and "digit_sort_long" (generated; 32-64 scored tokens); "kodcode",
 # "humaneval", "mbpp" and the generated "tiny_code", graded in the code sandbox.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import random
 
+from . import TaskSpec, register_task
 from .common import (
     choose_format,
     completion_to_text,
@@ -134,11 +135,9 @@ def load_digit_sort(
     return format_dataset(rows, formatter, instructions)
 
 
-def _register() -> None:
-    """Add "digit_sort" to the task registry (the package defines TASKS and TaskSpec before importing this module)."""
-    from . import TASKS, TaskSpec
-
-    TASKS["digit_sort"] = TaskSpec(
+# The package defines TaskSpec and register_task before it imports this module.
+register_task(
+    TaskSpec(
         name="digit_sort",
         loader=load_digit_sort,
         reward_funcs=(digit_sort_correctness_reward, digit_sort_format_reward),
@@ -147,6 +146,4 @@ def _register() -> None:
         format_example=format_example,
         description="sort 4 digits ascending (generated, no download; the built-in task of the tiny CPU default)",
     )
-
-
-_register()
+)

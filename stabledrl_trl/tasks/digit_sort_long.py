@@ -18,15 +18,14 @@ sorted digits exactly, else 0.0; format 0.25 when it is a permutation of the giv
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import zlib
 
+from . import get_task, register_task
 from .common import choose_format, format_dataset, take_samples
 from .digit_sort import (
     SYSTEM_PROMPT,
-    digit_sort_correctness_reward,
-    digit_sort_format_reward,
-    extract_answer,
     format_example,
     sort_digits,
 )
@@ -84,19 +83,12 @@ def load_digit_sort_long(
     return format_dataset(rows, formatter, instructions)
 
 
-def _register() -> None:
-    """Add "digit_sort_long" to the task registry."""
-    from . import TASKS, TaskSpec
-
-    TASKS["digit_sort_long"] = TaskSpec(
+# digit_sort's rewards, prompt and grading (registered when .digit_sort was imported above), with its own data.
+register_task(
+    dataclasses.replace(
+        get_task("digit_sort"),
         name="digit_sort_long",
         loader=load_digit_sort_long,
-        reward_funcs=(digit_sort_correctness_reward, digit_sort_format_reward),
-        system_prompt=SYSTEM_PROMPT,
-        extract_answer=extract_answer,
-        format_example=format_example,
         description="sort 31-63 digits ascending: 32-64 scored tokens per answer (generated, no download)",
     )
-
-
-_register()
+)

@@ -110,3 +110,35 @@ def test_load_sudoku_generated_and_from_csv(tmp_path):
     assert local["solution"] == ["1234341221434321", "1234341221434321"]
     with pytest.raises(ValueError, match="split"):
         load_task_dataset("sudoku", "validation")
+
+
+def test_register_task_adds_a_task_and_refuses_a_taken_or_ill_formed_name():
+    from dataclasses import replace
+
+    from stabledrl_trl.tasks import register_task
+
+    base = TASKS["digit_sort"]
+    toy = replace(base, name="toy_sort", description="a registered copy")
+    try:
+        assert register_task(toy) is toy and get_task("Toy_Sort") is toy and TASKS["toy_sort"] is toy
+        with pytest.raises(ValueError, match="a task named 'toy_sort' is already registered"):
+            register_task(replace(toy, description="another"))
+        assert TASKS["toy_sort"] is toy  # the refused registration left the first one
+        other = replace(toy, description="replaced")
+        assert register_task(other, replace=True) is other and get_task("toy_sort") is other
+    finally:
+        TASKS.pop("toy_sort", None)
+    for name in ("Toy", " toy", ""):
+        with pytest.raises(ValueError, match="use a non-empty lower-case name"):
+            register_task(replace(base, name=name))
+        assert name not in TASKS
+    with pytest.raises(TypeError, match="register_task needs a TaskSpec, got dict"):
+        register_task({"name": "toy"})
+
+
+def test_digit_sort_long_is_digit_sort_with_its_own_data():
+    short, long = TASKS["digit_sort"], TASKS["digit_sort_long"]
+    assert long.name == "digit_sort_long" and long.loader is not short.loader
+    assert long.loader.__name__ == "load_digit_sort_long" and "31-63 digits" in long.description
+    for field in ("reward_funcs", "system_prompt", "extract_answer", "format_example", "official_reward", "styles"):
+        assert getattr(long, field) == getattr(short, field), field
