@@ -78,7 +78,9 @@ def test_tuned_on_seeds_tested_apart(load_script):
 
     runs = [run(0, 0.5, 0.9), run(1, 0.5, 0.6), run(2, 0.5, 0.55), run(3, 0.5, 0.58)]
     args = argparse.Namespace(quick=False, eval_draws=1, tuned_on_seeds=[0])
-    summary = bench.summarise("tiny", runs, args, {"commit": "a" * 40, "dirty": False, "command": "c", "versions": dict.fromkeys(("python", "torch", "transformers", "trl"), "x")})
+    versions = dict.fromkeys(("python", "torch", "transformers", "trl"), "x")
+    provenance = {"commit": "a" * 40, "dirty": False, "command": "c", "versions": versions}
+    summary = bench.summarise("tiny", runs, args, provenance)
     fresh = [0.1, 0.05, 0.08]
     mean, sd = statistics.fmean(fresh), statistics.stdev(fresh)
     assert summary["tuned_on"] == [0]
