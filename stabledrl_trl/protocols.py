@@ -106,7 +106,7 @@ PROTOCOL_NAMES = ("stabledrl", "d1", "spg")
 TASK_NAMES = ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp")
 D1_LENGTHS = (128, 256, 512)
 DECODES = ("prompt_and_canvas", "canvas", "canvas_with_special_tokens")
-METRICS = ("accuracy", "cell_accuracy")
+METRICS = ("accuracy", "cell_accuracy", "accuracy_by_prompt", "mean_reward")
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class Protocol:
     prompt: PromptSpec
     sampler: dict  # SamplerSettings fields (StableDRLConfig names)
     grader: str  # a key of protocol_eval.GRADERS
-    metric: str  # "accuracy" (fraction of problems right) or "cell_accuracy" (Sudoku: right cells / empty cells)
+    metric: str  # METRICS: "accuracy" (problems right), "cell_accuracy" (Sudoku: right cells / empty cells), ...
     decode: str  # which text is graded (DECODES)
     seeds: tuple[int, ...]
     batch_size: int
