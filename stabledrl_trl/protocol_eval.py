@@ -210,6 +210,22 @@ def settings_of(protocol: Protocol):
     return SamplerSettings.from_fields(**protocol.sampler)
 
 
+def refuse_own_sampler_family(protocol: Protocol, family) -> None:
+    """The presets reproduce evaluations of LLaDA-8B-Instruct with LLaDA's sampler. A family that decodes with a
+    sampler of its own (block diffusion: SDAR / TraDo, LLaDA2; DiffusionGemma) cannot use it, and no official code
+    the presets follow (StableDRL, d1, SPG) evaluates such a model: refused, naming what scores it instead."""
+    if family.default_sampler is not None or protocol.sampler.get("diffusion_sampler") != "llada":
+        return
+    raise ValueError(
+        f"protocol {protocol.name!r} reproduces an evaluation of LLaDA-8B-Instruct decoded with LLaDA's sampler, "
+        f"which {family.name} models cannot use (they decode with a sampler of their own). The official code the "
+        "presets follow (StableDRL, d1, SPG) publishes no evaluation of block-diffusion or uniform-noise models "
+        "(SDAR / TraDo, LLaDA2, DiffusionGemma), so no preset reproduces one. Score this model with "
+        f"`scripts/evaluate.py --task {protocol.task}` without --protocol (its own sampler, the task's grading) or "
+        "through lm-eval (docs/evaluation.md#lm-evaluation-harness)."
+    )
+
+
 @torch.no_grad()
 def run_protocol(
     model,
@@ -238,9 +254,10 @@ def run_protocol(
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} must be in [0, world_size={world_size}).")
     seed = protocol.seeds[0] if seed is None else int(seed)
-    settings = settings_of(protocol)
     adapter = model if isinstance(model, DiffusionAdapter) else as_diffusion_lm(model, tokenizer)
     family = get_family(adapter.family)
+    refuse_own_sampler_family(protocol, family)  # before the settings' checks: the reason, not a symptom
+    settings = settings_of(protocol)
     family.check_rollout_settings(settings, adapter)
     key = protocol_key(protocol, seed)
     path = None if results_file is None else shard_path(results_file, rank, world_size)
