@@ -137,6 +137,11 @@ def summarise(config: str, runs: list[dict], args, provenance: dict) -> dict:
         },
         "gain_t_test": results.paired_t_test(gains) if len(gains) > 1 else None,
     }
+    tuned = sorted(set(args.tuned_on_seeds or ()))
+    if tuned:
+        fresh = [r["gain"] for r in runs if r["seed"] not in tuned]
+        summary["tuned_on"] = tuned
+        summary["gain_t_test_fresh"] = results.paired_t_test(fresh) if len(fresh) > 1 else None
     return summary
 
 
@@ -197,6 +202,17 @@ def render(summary: dict) -> str:
             f" Mean gain {test['mean']:+.3f} over {test['n']} seeds (paired t-test, after vs before: t = {test['t']:.2f}, "
             f"df {test['df']}, p = {test['p']:.3f})."
         )
+    if summary.get("tuned_on"):
+        tuned = ", ".join(str(s) for s in summary["tuned_on"])
+        fresh = summary.get("gain_t_test_fresh")
+        text += f" The settings were chosen on seed{'s' if len(summary['tuned_on']) > 1 else ''} {tuned}"
+        if fresh is not None:
+            text += (
+                f"; on the {fresh['n']} other seeds alone the mean gain is {fresh['mean']:+.3f} (t = {fresh['t']:.2f}, "
+                f"df {fresh['df']}, p = {fresh['p']:.3f})."
+            )
+        else:
+            text += "."
     seconds = [r["seconds"] for r in runs]
     text += f" Wall time per run {min(seconds):.0f}-{max(seconds):.0f} s.\n"
     return text + results.provenance_line(summary)
@@ -216,6 +232,10 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), choices=CONFIGS)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument(
+        "--tuned-on-seeds", nargs="+", type=int, default=None,
+        help="seeds whose results were used to choose the config's settings: the gain is also tested without them",
+    )  # fmt: skip
     p.add_argument("--eval-draws", type=int, default=4, help="sampled evaluations before and after RL (>= 1)")
     p.add_argument("--docs-dir", default=results.DOCS, help="where embedded_<config>.json is written")
     p.add_argument("--runs-dir", default="outputs/bench_embedded", help="training outputs of each run")
@@ -239,6 +259,10 @@ def main(argv: list[str] | None = None) -> dict:
     provenance = results.provenance(__file__, argv)  # the code as the runs start
     if args.eval_draws < 1:
         raise SystemExit(f"--eval-draws={args.eval_draws}: give at least 1 (4 or more to compare runs).")
+    if args.tuned_on_seeds and not set(args.tuned_on_seeds) <= set(args.seeds):
+        raise SystemExit(
+            f"--tuned-on-seeds {args.tuned_on_seeds}: every seed there must also be in --seeds {args.seeds}."
+        )
     if args.quick and args.write_readme:
         raise SystemExit("--quick results are a smoke test: --write-readme refuses them (drop one of the two).")
     if args.write_readme:

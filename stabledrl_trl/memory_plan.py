@@ -52,6 +52,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 GIB = 2**30
 SHARDINGS = ("ddp", "zero2", "zero3", "fsdp")
@@ -84,6 +85,8 @@ class ModelShape:
     moe_intermediate: int = 0
     dense_layers: int = 0
     source: str = ""
+    # whether the family's estimator can split its rows (estimator_chunk_size); DiffusionGemma's cannot
+    chunkable_estimator: ClassVar[bool] = True
 
     def __post_init__(self):
         where = f" ({self.source})" if self.source else ""
@@ -216,6 +219,10 @@ def resolve_shape(model: str) -> ModelShape:
     """The shape of a known hub id (`KNOWN_MODELS`) or of a local folder with a config.json; a clear error else."""
     if model in KNOWN_MODELS:
         return KNOWN_MODELS[model]
+    from .memory_plan_gemma import KNOWN_GEMMA_MODELS, known_gemma_shape
+
+    if model in KNOWN_GEMMA_MODELS:  # its shape needs transformers' DiffusionGemmaConfig: built when asked for
+        return known_gemma_shape(model)
     path = os.path.join(model, "config.json")
     if os.path.isfile(path):
         try:
@@ -239,7 +246,7 @@ def resolve_shape(model: str) -> ModelShape:
             "the folder of a saved model (config.json next to its weights)."
         )
     raise ValueError(
-        f"model {model!r}: not a known hub id ({', '.join(sorted(KNOWN_MODELS))}), not in the local Hugging Face "
+        f"model {model!r}: not a known hub id ({', '.join(sorted([*KNOWN_MODELS, *KNOWN_GEMMA_MODELS]))}), not in the local Hugging Face "
         "cache and no local folder with a config.json. Download its config.json (`huggingface-cli download "
         f"{model} config.json --local-dir <folder>`) and pass --model <folder>, or add the architecture numbers to "
         "memory_plan.KNOWN_MODELS."
@@ -496,8 +503,13 @@ def advice(shape: ModelShape, s: PlanSettings, c: dict, gpu_bytes: float) -> lis
             out.append("train LoRA adapters instead of every parameter (use_peft: true) or use more GPUs")
         elif name == "activations" and not s.gradient_checkpointing:
             out.append("gradient_checkpointing: true")
-        elif name in ("activations", "estimator_logits"):
+        elif name in ("activations", "estimator_logits") and shape.chunkable_estimator:
             out.append("a smaller estimator_chunk_size (rows per estimator forward)")
+        elif name in ("activations", "estimator_logits"):
+            out.append(
+                "fewer training rows per micro-batch: a smaller per_device_train_batch_size with more "
+                "gradient_accumulation_steps (the same batch), or fewer mc_samples"
+            )
         elif name in ("rollout_activations", "rollout_logits", "rollout_kv_cache"):
             out.append("fewer rollout rows per process: a smaller per_device_train_batch_size or steps_per_generation")
         elif name == "rollout_gathered_weights":

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from .memory_plan import ModelShape
 
@@ -50,6 +51,7 @@ class DiffusionGemmaShape(ModelShape):
     sliding_window: int = 0
     canvas_length: int = 256
     vision_parameters: int = 0
+    chunkable_estimator: ClassVar[bool] = False  # estimator_chunk_size is refused for this family
 
     def _layer(self, i: int) -> tuple[int, int, bool]:
         """(kv heads, head dim, sliding) of layer i."""
@@ -142,6 +144,39 @@ class DiffusionGemmaShape(ModelShape):
         c["phase"] = "training" if train >= rollout else "rollout"
         c["peak"] = persistent + max(train, rollout)
         return c
+
+
+# google/diffusiongemma-26B-A4B-it, for planning without its config.json: the text model's geometry as published for
+# the checkpoint (the Gemma 4 26B-A4B text layout: 30 layers, 5 sliding : 1 full attention, 128 experts, 8 per token,
+# canvas 256); the same numbers appear in several independent public loaders of the checkpoint. It gives a text model
+# of 25.25e9 parameters (the model card: 25.2B). The vision tower's config is not among them: its parameters are the
+# checkpoint's total (51,647,701,024 bytes of bfloat16 weights = 25,823,850,512 parameters) minus the text model, so
+# the plan counts every weight that loads. Pass the checkpoint's own config.json (`--model <folder>`) to plan from it.
+DIFFUSION_GEMMA_26B_A4B = {
+    "model_type": "diffusion_gemma",
+    "canvas_length": 256,
+    "tie_word_embeddings": True,
+    "text_config": {
+        "hidden_size": 2816, "num_hidden_layers": 30, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "num_global_key_value_heads": 2, "head_dim": 256, "global_head_dim": 512, "intermediate_size": 2112,
+        "moe_intermediate_size": 704, "num_experts": 128, "top_k_experts": 8, "vocab_size": 262144,
+        "sliding_window": 1024, "final_logit_softcapping": 30.0,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
+    },
+}  # fmt: skip
+DIFFUSION_GEMMA_26B_A4B_TOTAL_PARAMETERS = 25_823_850_512
+KNOWN_GEMMA_MODELS = {"google/diffusiongemma-26B-A4B-it": DIFFUSION_GEMMA_26B_A4B}
+
+
+def known_gemma_shape(model: str) -> DiffusionGemmaShape:
+    """The shape of a DiffusionGemma checkpoint in `KNOWN_GEMMA_MODELS` (see DIFFUSION_GEMMA_26B_A4B's comment)."""
+    shape = shape_from_gemma_config(
+        KNOWN_GEMMA_MODELS[model],
+        source=f"{model}: published text geometry (memory_plan_gemma.DIFFUSION_GEMMA_26B_A4B); vision tower = the "
+        "checkpoint's 25,823,850,512 weights minus the text model",
+    )
+    text = shape.num_parameters() - shape.vision_parameters
+    return replace(shape, vision_parameters=DIFFUSION_GEMMA_26B_A4B_TOTAL_PARAMETERS - text)
 
 
 def vision_parameters(config) -> int:

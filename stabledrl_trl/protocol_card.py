@@ -9,6 +9,9 @@ Score and uncertainty (`score_block`):
   [0, 1] and keeps its coverage near 0 and 1 where the normal interval does not;
 - Sudoku's cell accuracy (right cells / empty cells, cells of one puzzle are not independent): the ratio estimator's
   interval with the puzzle as the unit (`ratio_interval`: delta-method standard error of sum(right) / sum(empty));
+- several graded samples per prompt (evaluation during training, `eval_cards`): "accuracy_by_prompt" (records
+  {"right", "samples"} per prompt: the ratio estimator's interval with the prompt as the unit) or, for a reward
+  that is not 1 / 0, "mean_reward" (records {"reward"}: each prompt's mean; Student t interval over prompts);
 - a protocol that samples is scored on every seed: the card holds each seed's score and interval, their mean, the
   standard deviation across seeds, and the interval of the mean over seeds (Student t).
 
@@ -68,6 +71,30 @@ def score_records(metric: str, records: list[dict]) -> dict:
             "problems": len(records),
             "interval": list(ratio_interval(right, empty)),
             "interval_method": "ratio estimator over puzzles (delta method), 95%",
+        }
+    if metric == "accuracy_by_prompt":  # several graded samples per prompt: the prompt is the unit
+        right = [r["right"] for r in records]
+        samples = [r["samples"] for r in records]
+        total = sum(samples)
+        return {
+            "value": sum(right) / total if total else float("nan"),
+            "k": sum(right),
+            "n": total,
+            "problems": len(records),
+            "interval": list(ratio_interval(right, samples)),
+            "interval_method": "ratio estimator over prompts (delta method), 95%",
+        }
+    if metric == "mean_reward":  # a reward that is not 1 / 0: the mean over prompts of each prompt's mean
+        from .results import mean_interval
+
+        values = [float(r["reward"]) for r in records]
+        return {
+            "value": sum(values) / len(values) if values else float("nan"),
+            "k": None,
+            "n": len(values),
+            "problems": len(values),
+            "interval": list(mean_interval(values) or (float("nan"), float("nan"))),
+            "interval_method": "Student t over prompts, 95%",
         }
     k = sum(bool(r["correct"]) for r in records)
     n = len(records)
@@ -191,7 +218,9 @@ def results_table(cards: list[dict]) -> str:
                 card["task"],
                 f"{card['protocol_name']} (length {length})",
                 score["metric"].replace("_", " "),
-                f"{_percent(score['value'])} [{_percent(low)}, {_percent(high)}]",
+                f"{score['value']:.4f} [{low:.4f}, {high:.4f}] (mean reward)"
+                if score["metric"] == "mean_reward"
+                else f"{_percent(score['value'])} [{_percent(low)}, {_percent(high)}]",
                 score.get("n", sum(s["n"] for s in score.get("per_seed", {}).values())),
                 ", ".join(score["seeds"]),
                 "; ".join(f"{d['field']}: {d['protocol']} -> {d['used']}" for d in deviations) or "none",

@@ -15,11 +15,15 @@ What the flags do under a protocol:
 - data parallel: under `accelerate launch` / torchrun each process decodes rows rank, rank + world, ... into its own
   shard of --results_file; the main process merges them and writes the card (equal to one process at temperature 0).
 - resumable: rerun the same command after an interruption; finished rows are read back from --results_file.
+- code benchmarks (humaneval, mbpp): the code sandbox is started and checked before the model loads; the card's
+  runtime.sandbox records its backend, mode, time limit and workers.
 """
 
 from __future__ import annotations
 
 import os
+
+from .protocol_code import CODE_TASKS
 
 REFUSED_UNDER_PROTOCOL = ("prompt_style", "reward_style", "system_prompt", "training_config", "num_samples")
 PROTOCOL_ONLY = ("protocol_length", "draws", "limit", "results_file", "card_file")
@@ -112,6 +116,12 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
     results_file = args.results_file or os.path.splitext(card_file)[0] + ".records.jsonl"
     data_file = args.data_files or args.dataset_path
     rows, data = load_protocol_rows(protocol, data_file)  # a --limit beyond the rows is refused here
+    sandbox = None
+    if protocol.task in CODE_TASKS:  # the code sandbox starts (and is checked) before the model loads
+        from .protocol_code import start_sandbox
+
+        sandbox = start_sandbox()
+        print(f"code grading: {sandbox['record']['description']}", flush=True)
     rank, world, device, wait = _distributed()
     if device is not None:
         args.device = device
@@ -147,13 +157,15 @@ def run_protocol_cli(args, argv=None, *, load_model, check_arguments) -> dict:
         "problems_decoded_this_run": decoded,  # by this process (rank 0); rows read back from the results are not
         "problems_per_second": (decoded / seconds) if seconds > 0 and decoded else None,
     }
+    if sandbox is not None:
+        runtime["sandbox"] = sandbox["record"]
     card = build_card(
         protocol,
         records_by_seed,
         model=args.model_name_or_path,
         runtime=runtime,
         data=data["record"],
-        deviations=data["deviations"],
+        deviations=data["deviations"] + (sandbox["deviations"] if sandbox else []),
         script="scripts/evaluate.py",
         argv=argv,
     )

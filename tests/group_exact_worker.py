@@ -23,21 +23,26 @@ def run(
     steps_per_generation: int | None = None,
     rollout_cache: str = "none",
     parallel_threshold: float | None = None,
+    architecture: str = "llada",
 ):
     from accelerate.utils import gather_object
     from datasets import Dataset
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from stabledrl_trl import StableDRLConfig, StableDRLTrainer
-    from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_llada_config_dict
+    from stabledrl_trl.tiny import build_tiny_tokenizer, tiny_diffusion_gemma_config, tiny_llada_config_dict
 
     tok = build_tiny_tokenizer()
-    config = AutoConfig.for_model(**tiny_llada_config_dict())
+    gemma = architecture == "diffusion_gemma"
 
     def build():
         with torch.random.fork_rng():
             torch.manual_seed(0)
-            return AutoModelForCausalLM.from_config(config)
+            if gemma:  # transformers' DiffusionGemma: its own sampler, the uniform-noise estimator
+                from transformers import DiffusionGemmaForBlockDiffusion
+
+                return DiffusionGemmaForBlockDiffusion(tiny_diffusion_gemma_config())
+            return AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_llada_config_dict()))
 
     model = build()
     # A second copy for the reference computation (a deepcopy of a prepared model would share its patched forward).
@@ -60,8 +65,7 @@ def run(
         gradient_accumulation_steps=grad_accum,
         steps_per_generation=steps_per_generation,
         max_completion_length=8,
-        block_length=4,
-        diffusion_steps=4,
+        **({"block_denoising_steps": 3} if gemma else {"block_length": 4, "diffusion_steps": 4}),
         temperature=1.0,
         max_steps=1,
         learning_rate=0.5,
@@ -71,7 +75,7 @@ def run(
         gradient_checkpointing=False,
         seed=11,
         likelihood_estimator="block_random",
-        estimator_block_size=4,
+        **({} if gemma else {"estimator_block_size": 4}),
         mc_samples=2,
         rollout_cache=rollout_cache,
         parallel_threshold=parallel_threshold,
@@ -159,7 +163,8 @@ def _reference(trainer, initial, final, rows, loss_type, g, args, out_path):
     loss.backward()
     diffs, updates = [], []
     for p0, p1 in zip(initial.parameters(), final.parameters(), strict=True):
-        expected = -args.learning_rate * p0.grad
+        # a parameter without a gradient (a routed expert no token chose) must not move
+        expected = -args.learning_rate * (p0.grad if p0.grad is not None else torch.zeros_like(p0))
         actual = p1.detach() - p0.detach()
         diffs.append((actual - expected).abs().max().item())
         updates.append(actual.abs().max().item())
@@ -185,6 +190,7 @@ if __name__ == "__main__":
     parser.add_argument("--grad_accum", type=int, default=1)
     parser.add_argument("--rollout_cache", default="none")
     parser.add_argument("--parallel_threshold", type=float, default=None)
+    parser.add_argument("--architecture", default="llada", choices=["llada", "diffusion_gemma"])
     parsed = parser.parse_args()
     run(
         parsed.out,
@@ -192,4 +198,5 @@ if __name__ == "__main__":
         parsed.grad_accum,
         rollout_cache=parsed.rollout_cache,
         parallel_threshold=parsed.parallel_threshold,
+        architecture=parsed.architecture,
     )

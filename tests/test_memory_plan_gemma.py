@@ -104,3 +104,39 @@ def test_hub_id_without_config_says_how_to_plan_it():
 
     with pytest.raises(ValueError, match="config.json --local-dir <folder>`\\) and pass --model <folder>"):
         resolve_shape("google/diffusiongemma-26B-A4B-it-not-cached")
+
+
+def test_26b_a4b_known_without_its_config_json():
+    """google/diffusiongemma-26B-A4B-it plans without a download: its published text geometry counted by the planner
+    equals transformers' model built from it on the meta device, and the total is the checkpoint's weight count."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+
+    from stabledrl_trl.memory_plan import resolve_shape
+    from stabledrl_trl.memory_plan_gemma import DIFFUSION_GEMMA_26B_A4B, shape_from_gemma_config
+
+    config = {k: v for k, v in DIFFUSION_GEMMA_26B_A4B.items() if k != "model_type"}
+    with torch.device("meta"):
+        model = DiffusionGemmaForBlockDiffusion(DiffusionGemmaConfig(**config))
+    instantiated = sum(p.numel() for p in model.parameters())  # tied weights (encoder = decoder, head) once
+    published = shape_from_gemma_config(DIFFUSION_GEMMA_26B_A4B)
+    assert published.num_parameters() == instantiated
+    text = published.num_parameters() - published.vision_parameters
+    assert 25.2e9 <= text < 25.3e9  # the model card's 25.2B
+    shape = resolve_shape("google/diffusiongemma-26B-A4B-it")
+    assert shape.num_parameters() == 25_823_850_512 == 51_647_701_024 // 2
+    assert shape.n_experts == 128 and shape.active_experts == 8 and shape.canvas_length == 256
+    assert shape.layer_types.count("full_attention") == 5 and shape.sliding_window == 1024
+
+
+def test_advice_for_gemma_never_names_estimator_chunk_size():
+    """estimator_chunk_size is refused for DiffusionGemma, so the planner's advice offers smaller micro-batches."""
+    from stabledrl_trl.memory_plan import advice, resolve_shape
+
+    shape = resolve_shape("google/diffusiongemma-26B-A4B-it")
+    settings = PlanSettings(gpus=1, bf16=True, use_peft=True, gradient_checkpointing=True,
+                            per_device_train_batch_size=8, max_completion_length=512, mc_samples=2,
+                            lora_target_modules=LORA_TARGET_MODULES)  # fmt: skip
+    components = estimate(shape, settings)
+    tips = advice(shape, settings, components, gpu_bytes=40 * 2**30)
+    assert tips and not any("estimator_chunk_size" in t for t in tips)
+    assert any("smaller per_device_train_batch_size" in t and "mc_samples" in t for t in tips), tips

@@ -171,10 +171,8 @@ def test_preset_settings():
 def test_refusals():
     with pytest.raises(ValueError, match="no 'countdown' evaluation.*--protocol d1"):
         get_protocol("stabledrl", "countdown")
-    for task in ("humaneval", "mbpp"):  # registered code tasks, not yet wired into the preset: refused, naming the fix
-        with pytest.raises(ValueError, match=f"does not cover the code benchmarks yet.*--task {task}"):
-            get_protocol("stabledrl", task)
-    with pytest.raises(ValueError, match="d1's eval/ covers"):
+    # the code benchmarks are a stabledrl preset (tests/test_protocol_code.py); d1 has none: refused, naming it
+    with pytest.raises(ValueError, match="d1's eval/ covers.*--protocol stabledrl"):
         get_protocol("d1", "humaneval")
     with pytest.raises(ValueError, match="reports lengths 128, 256, 512"):
         get_protocol("d1", "gsm8k", gen_length=300)

@@ -61,3 +61,33 @@ def test_quick_run_writes_json_and_renders_its_block(load_script, tmp_path, caps
     monkeypatch.setattr(bench.results, "README", str(readme))
     bench.main(["--readme-only", "--docs-dir", str(docs)])
     assert bench.results.marked_blocks(readme.read_text()) == {"embedded_tiny_noisy": block}
+
+
+def test_tuned_on_seeds_tested_apart(load_script):
+    """--tuned-on: the gain is also tested over the seeds not used to choose the settings (paired t by hand)."""
+    import argparse
+    import statistics
+
+    bench = load_script("bench_embedded")
+
+    def run(seed, before, after):
+        acc = {"mean": before, "std": 0.0, "greedy": before, "draws": [before], "n": 4, "temperature": 1.0}
+        return {"seed": seed, "before": acc, "after": {**acc, "mean": after, "greedy": after}, "gain": after - before,
+                "seconds": 1, "ess_below_group_steps": None, "clipped_steps": None, "ess_min": None,
+                "weight_max": None, "weight_max_median": None, "grad_norm_max": None}  # fmt: skip
+
+    runs = [run(0, 0.5, 0.9), run(1, 0.5, 0.6), run(2, 0.5, 0.55), run(3, 0.5, 0.58)]
+    args = argparse.Namespace(quick=False, eval_draws=1, tuned_on_seeds=[0])
+    versions = dict.fromkeys(("python", "torch", "transformers", "trl"), "x")
+    provenance = {"commit": "a" * 40, "dirty": False, "command": "c", "versions": versions}
+    summary = bench.summarise("tiny", runs, args, provenance)
+    fresh = [0.1, 0.05, 0.08]
+    mean, sd = statistics.fmean(fresh), statistics.stdev(fresh)
+    assert summary["tuned_on"] == [0]
+    assert summary["gain_t_test_fresh"]["n"] == 3
+    assert summary["gain_t_test_fresh"]["t"] == pytest.approx(mean / (sd / 3**0.5))
+    assert summary["gain_t_test"]["n"] == 4
+    text = bench.render(summary)
+    assert "The settings were chosen on seed 0; on the 3 other seeds alone the mean gain is +0.077" in text
+    with pytest.raises(SystemExit, match="--tuned-on-seeds"):
+        bench.main(["--configs", "tiny", "--seeds", "1", "2", "--tuned-on-seeds", "0"])

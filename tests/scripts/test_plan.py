@@ -10,7 +10,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPU_CONFIGS = sorted(
     p
-    for pattern in ("llada_*.yaml", "llada2_*.yaml", "sdar_*.yaml")
+    for pattern in ("llada_*.yaml", "llada2_*.yaml", "sdar_*.yaml", "diffusion_gemma_*.yaml")
     for p in glob.glob(os.path.join(ROOT, "configs", pattern))
 )
 
