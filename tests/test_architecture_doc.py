@@ -61,7 +61,8 @@ def test_recipes_name_one_or_two_files_each():
     [
         ("stabledrl_trl.diffusion.family_base", ["register_family", "DiffusionFamily", "detect_family"]),
         ("stabledrl_trl.objectives", ["register_objective", "PolicyLossInputs", "aggregate_loss"]),
-        ("stabledrl_trl.diffusion.estimators", ["register_estimator", "SHARED_KEYWORDS", "estimate_likelihood"]),
+        ("stabledrl_trl.diffusion.estimators", ["register_estimator", "SHARED_KEYWORDS", "shared_keywords",
+                                             "EstimatorInputs", "estimate_likelihood"]),  # fmt: skip
         ("stabledrl_trl.diffusion.block_estimators", ["staircase_estimate"]),
         ("stabledrl_trl.diffusion.family", ["as_diffusion_lm", "MaskedDiffusionFamily", "BlockDiffusionFamily"]),
         ("stabledrl_trl.tasks", ["TASKS", "TaskSpec", "register_task"]),
