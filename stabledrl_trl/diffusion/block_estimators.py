@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from stabledrl_trl.models.bidirectional import padding_position_ids
 from stabledrl_trl.models.sdar import two_copy_block_mask
 
-from .estimators import LikelihoodEstimate, estimate_likelihood
+from .estimators import ESTIMATOR_SPECS, LikelihoodEstimate, estimate_likelihood
 
 
 class StaircaseLogits:
@@ -104,7 +104,8 @@ def staircase_estimate(
     Returns a `LikelihoodEstimate` (token_logps (B, C), seq_logps (B,), token_entropy (B, C), eubo).
     """
     if estimator_block_size is not None:
-        if name not in ("block_random", "block_random_coupled"):
+        spec = ESTIMATOR_SPECS.get(name)
+        if spec is None or "block_size" not in spec.options:  # the estimators declaring a block_size option
             raise ValueError(f"estimator_block_size is an option of 'block_random' masks, not of {name!r}")
         estimator_kwargs["block_size"] = estimator_block_size
     return estimate_likelihood(

@@ -129,3 +129,33 @@ def test_an_estimator_built_on_another_one_gives_its_estimate_and_registers_its_
         assert torch.equal(via_name.seq_logps, ours.seq_logps)
     finally:
         estimators.ESTIMATOR_SPECS.pop("toy_halves", None)
+
+
+def test_staircase_estimates_pass_the_block_option_to_any_estimator_declaring_it(tiny_sdar):
+    """`staircase_estimate(estimator_block_size=...)` reaches every registered estimator whose options declare
+    `block_size` (the registry says which), and is refused for one that does not."""
+    from stabledrl_trl.diffusion.block_estimators import staircase_estimate
+
+    model = tiny_sdar(seed=1)
+    pid = torch.tensor([[5, 6, 7], [0, 8, 9]])
+    pm = (pid != 0).long()
+    cid = torch.tensor([[10, 11, 12, 13, 14, 15, 16, 0], [17, 18, 19, 20, 0, 0, 0, 0]])
+    cm = (cid != 0).long()
+
+    @shared_keywords(num_samples=2, p_mask_prompt=0.0)
+    def same_blocks(x: EstimatorInputs, *, block_size: int = 32):
+        return estimators.block_random.on_inputs(x, block_size=block_size)
+
+    kw = dict(block_size=4, mask_token_id=1, seed=torch.tensor([3, 4]), num_samples=2, p_mask_prompt=0.0)
+    try:
+        estimators.register_estimator("toy_same_blocks", options={"block_size": "estimator_block_size"})(same_blocks)
+        with torch.no_grad():
+            ours = staircase_estimate("toy_same_blocks", model, pid, pm, cid, cm, estimator_block_size=2, **kw)
+            theirs = staircase_estimate("block_random", model, pid, pm, cid, cm, estimator_block_size=2, **kw)
+            wider = staircase_estimate("block_random", model, pid, pm, cid, cm, estimator_block_size=8, **kw)
+        assert torch.equal(ours.seq_logps, theirs.seq_logps)
+        assert not torch.equal(ours.seq_logps, wider.seq_logps)  # the option reached the masks
+    finally:
+        estimators.ESTIMATOR_SPECS.pop("toy_same_blocks", None)
+    with pytest.raises(ValueError, match="estimator_block_size is an option of 'block_random' masks, not of 'mc_elbo'"):
+        staircase_estimate("mc_elbo", model, pid, pm, cid, cm, estimator_block_size=2, **kw)
