@@ -157,5 +157,7 @@ def test_staircase_estimates_pass_the_block_option_to_any_estimator_declaring_it
         assert not torch.equal(ours.seq_logps, wider.seq_logps)  # the option reached the masks
     finally:
         estimators.ESTIMATOR_SPECS.pop("toy_same_blocks", None)
-    with pytest.raises(ValueError, match="estimator_block_size is an option of 'block_random' masks, not of 'mc_elbo'"):
+    with pytest.raises(
+        ValueError, match="estimator_block_size is an option of 'block_random' masks, not of 'mc_elbo'"
+    ):
         staircase_estimate("mc_elbo", model, pid, pm, cid, cm, estimator_block_size=2, **kw)
