@@ -152,6 +152,13 @@ def _f(value, fmt: str = "{:.3f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _significance(test: dict) -> str:
+    """The reading of a paired t-test of the gain at the 5% level (two-sided), from its numbers."""
+    if test["p"] < 0.05:
+        return "a gain significant at the 5% level" if test["mean"] > 0 else "a loss significant at the 5% level"
+    return "not significant at the 5% level"
+
+
 def render(summary: dict) -> str:
     """The README block of one config: per seed, accuracy before / after RL (mean +- std over draws; greedy) and
     the gain, the weight statistics for configs whose weights are not 1, a mean row, and the provenance line."""
@@ -200,7 +207,7 @@ def render(summary: dict) -> str:
     if test is not None:
         text += (
             f" Mean gain {test['mean']:+.3f} over {test['n']} seeds (paired t-test, after vs before: t = {test['t']:.2f}, "
-            f"df {test['df']}, p = {test['p']:.3f})."
+            f"df {test['df']}, p = {test['p']:.3f}): {_significance(test)}."
         )
     if summary.get("tuned_on"):
         tuned = ", ".join(str(s) for s in summary["tuned_on"])
@@ -209,7 +216,7 @@ def render(summary: dict) -> str:
         if fresh is not None:
             text += (
                 f"; on the {fresh['n']} other seeds alone the mean gain is {fresh['mean']:+.3f} (t = {fresh['t']:.2f}, "
-                f"df {fresh['df']}, p = {fresh['p']:.3f})."
+                f"df {fresh['df']}, p = {fresh['p']:.3f}): {_significance(fresh)}."
             )
         else:
             text += "."

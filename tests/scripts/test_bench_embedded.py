@@ -89,5 +89,9 @@ def test_tuned_on_seeds_tested_apart(load_script):
     assert summary["gain_t_test"]["n"] == 4
     text = bench.render(summary)
     assert "The settings were chosen on seed 0; on the 3 other seeds alone the mean gain is +0.077" in text
+    p_fresh = summary["gain_t_test_fresh"]["p"]
+    assert p_fresh < 0.05 and f"p = {p_fresh:.3f}): a gain significant at the 5% level." in text
+    assert bench._significance({"p": 0.2, "mean": 0.1}) == "not significant at the 5% level"
+    assert bench._significance({"p": 0.01, "mean": -0.1}) == "a loss significant at the 5% level"
     with pytest.raises(SystemExit, match="--tuned-on-seeds"):
         bench.main(["--configs", "tiny", "--seeds", "1", "2", "--tuned-on-seeds", "0"])
