@@ -61,6 +61,15 @@ DEFAULTS = dict(mc_samples=[8, 2, 1], added_noise=[0.0, 0.5, 1.0, 2.0], learning
                 seeds=[0, 1, 2, 3, 4], max_steps=1500, eval_every=50, eval_samples=512, eval_draws=4)  # fmt: skip
 PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seeds=[0], max_steps=60, eval_every=20,
              eval_samples=128, eval_draws=2, objectives=["grpo_seq", "stable_drl"])  # fmt: skip
+# Named partial grids: a slice of the full grid run in full (5 seeds), labelled as that slice with the cells it leaves
+# out. "k2-added-noise": the grid's most informative slice on one CPU core (K = 2, the study's setting, with the
+# added noise 0 / 1 / 2 as the dose; GRPO against StableDRL; one learning rate).
+PRESETS = {
+    "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
+                           max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
+                           objectives=["grpo_seq", "stable_drl"]),
+}  # fmt: skip
+GRID_KEYS = ("mc_samples", "added_noise", "learning_rates")
 
 
 def load_study():
@@ -231,6 +240,8 @@ def run(args, argv) -> dict:
     return {
         "provenance": provenance,
         "pilot": args.pilot,
+        "preset": args.preset,
+        "grid": grid_record(args),
         "settings": {
             "study": bench.STUDY,
             "objectives": args.objectives,
@@ -249,12 +260,60 @@ def run(args, argv) -> dict:
     }
 
 
+def grid_record(args) -> dict:
+    """The grid that was run (its cells and objectives) next to the full grid (`DEFAULTS`, `OBJECTIVES`), so the
+    rendering can name the cells of the full grid that were not run."""
+    full = {key: list(DEFAULTS[key]) for key in GRID_KEYS}
+    full.update(objectives=list(OBJECTIVES), seeds=list(DEFAULTS["seeds"]), max_steps=DEFAULTS["max_steps"])
+    run_cells = [list(c) for c in args.cells]
+    ran = {"mc_samples": sorted({c[0] for c in args.cells}, reverse=True), "added_noise": sorted({c[1] for c in args.cells}),
+           "learning_rates": sorted({c[2] for c in args.cells}), "objectives": list(args.objectives)}  # fmt: skip
+    return {"full": full, "cells": run_cells, "ran": ran}
+
+
+def not_run(grid: dict) -> list[str]:
+    """The parts of the full grid a run left out (each as "<what>: <values>"), from `grid_record`."""
+    full, ran = grid["full"], grid["ran"]
+    out = []
+    for key, label in (("mc_samples", "K"), ("added_noise", "added noise"), ("learning_rates", "lr"),
+                       ("objectives", "objectives")):  # fmt: skip
+        missing = [v for v in full[key] if v not in ran[key]]
+        if missing:
+            out.append(f"{label} {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in missing)}")
+    all_cells = len(full["mc_samples"]) * len(full["added_noise"]) * len(full["learning_rates"])
+    ran_product = len(ran["mc_samples"]) * len(ran["added_noise"]) * len(ran["learning_rates"])
+    if len(grid["cells"]) < ran_product:
+        out.append(f"{ran_product - len(grid['cells'])} of the remaining (K, noise, lr) combinations")
+    out.append(f"{all_cells - len(grid['cells'])} of the full grid's {all_cells} (K, noise, lr) cells in all")
+    return out
+
+
+def grid_label(data: dict) -> str:
+    """The opening of the block: PILOT, a named partial grid with what it leaves out, or the full grid."""
+    if data["pilot"]:
+        return "PILOT (checks the pipeline; supports no conclusion). "
+    grid = data.get("grid")
+    if grid is None:
+        return ""
+    full, s = grid["full"], data["settings"]
+    missing = not_run(grid)
+    if len(missing) == 1 and list(s["objectives"]) == list(full["objectives"]) and s["max_steps"] >= full["max_steps"]:
+        return "The full grid. "
+    name = f" `{data['preset']}`" if data.get("preset") else ""
+    return (
+        f"PARTIAL GRID{name}: the cells K = {', '.join(map(str, grid['ran']['mc_samples']))} x added noise "
+        f"{', '.join(f'{v:g}' for v in grid['ran']['added_noise'])} x lr "
+        f"{', '.join(f'{v:g}' for v in grid['ran']['learning_rates'])}, objectives {', '.join(s['objectives'])}. "
+        f"Not run from the full grid: {'; '.join(missing)}; and the full grid's {full['max_steps']} steps. "
+    )
+
+
 # --- rendering: from the JSON alone --------------------------------------------------------------------------------
 
 
 def render(data: dict) -> str:
     s = data["settings"]
-    label = "PILOT (checks the pipeline; supports no conclusion). " if data["pilot"] else ""
+    label = grid_label(data)
     text = (
         f"{label}{s['max_steps']} steps, seeds {', '.join(str(x) for x in s['seeds'])}, held-out accuracy on "
         f"{s['eval_samples']} prompts (mean of {s['eval_draws']} draws) every {s['eval_every']} steps; collapse = "
@@ -314,6 +373,13 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--runs-dir", default="outputs/bench_noise_dose/runs")
     p.add_argument("--pilot", action="store_true", help="a labelled pilot: " + str(PILOT))
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a named partial grid, labelled as such with the cells of the full grid it leaves out: "
+        + "; ".join(f"{k}: {v}" for k, v in PRESETS.items()),
+    )
     p.add_argument("--objectives", nargs="+", default=None, choices=OBJECTIVES)
     p.add_argument("--mc-samples", nargs="+", type=int, default=None)
     p.add_argument("--added-noise", nargs="+", type=float, default=None, help="test-only log-ratio noise std")
@@ -337,7 +403,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv=None):
     args = make_parser().parse_args(argv)
-    base = {**DEFAULTS, "objectives": list(OBJECTIVES), **(PILOT if args.pilot else {})}
+    if args.pilot and args.preset:
+        raise SystemExit("--pilot and --preset both choose the grid: give one of them.")
+    base = {**DEFAULTS, "objectives": list(OBJECTIVES), **(PILOT if args.pilot else PRESETS.get(args.preset, {}))}
     for key, value in base.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
