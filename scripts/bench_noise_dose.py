@@ -57,6 +57,7 @@ JSON_NAME = "bench_noise_dose.json"
 BLOCK = "noise_dose"
 OBJECTIVES = ("grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo")
 REFERENCE = "grpo_seq"
+ALPHA = 0.05  # significance level of the paired t-tests in the reading
 DEFAULTS = dict(mc_samples=[8, 2, 1], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5, 1.5e-4],
                 seeds=[0, 1, 2, 3, 4], max_steps=1500, eval_every=50, eval_samples=512, eval_draws=4)  # fmt: skip
 PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seeds=[0], max_steps=60, eval_every=20,
@@ -266,8 +267,9 @@ def grid_record(args) -> dict:
     full = {key: list(DEFAULTS[key]) for key in GRID_KEYS}
     full.update(objectives=list(OBJECTIVES), seeds=list(DEFAULTS["seeds"]), max_steps=DEFAULTS["max_steps"])
     run_cells = [list(c) for c in args.cells]
-    ran = {"mc_samples": sorted({c[0] for c in args.cells}, reverse=True), "added_noise": sorted({c[1] for c in args.cells}),
-           "learning_rates": sorted({c[2] for c in args.cells}), "objectives": list(args.objectives)}  # fmt: skip
+    ran = {"mc_samples": sorted({c[0] for c in args.cells}, reverse=True),
+           "added_noise": sorted({c[1] for c in args.cells}), "learning_rates": sorted({c[2] for c in args.cells}),
+           "objectives": list(args.objectives)}  # fmt: skip
     return {"full": full, "cells": run_cells, "ran": ran}
 
 
@@ -337,21 +339,108 @@ def render(data: dict) -> str:
                 FLAT_LABELS[flat_state(c["runs"], name, s["flat"])] if name == best_objective(summary["objectives"]) else "",
             ])  # fmt: skip
     text += results.markdown_table(header, rows)
-    lines = []
-    for lr, sd in data["breaking_point"].items():
-        if sd is None:
-            lines.append(f"lr {lr}: no cell where grpo_seq collapses in most seeds and stable_drl in none.")
-            continue
-        cell = next(c for c in data["cells"] if f"{c['learning_rate']:g}" == lr and c["noise_sd"] == sd)
-        o = cell["summary"]["objectives"]
-        lines.append(
-            f"lr {lr}: smallest measured noise sd at which grpo_seq collapses in most seeds and stable_drl in none: "
-            f"{sd:.3f} (grpo_seq {o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} seeds, stable_drl "
-            f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']})."
-        )
-    text += "\n" + " ".join(lines) + "\n"
+    text += "\n" + "\n".join(reading(data)) + "\n"
     text += f"\nWall time {data['seconds'] / 60:.1f} min. " + results.provenance_line(data)
     return text
+
+
+def _significance(test: dict | None) -> str:
+    if not test:
+        return "no paired test"
+    return f"p = {test['p']:.3f}, {'significant' if test['p'] < ALPHA else 'not significant'} at {ALPHA:g}"
+
+
+def cell_reading(cell: dict, flat: dict) -> list[str]:
+    """The reading of one cell, per objective against REFERENCE, each sentence with the figures it rests on: the
+    paired final and AUC differences with their tests, the collapsed runs, the distance moved, and what the best
+    curve's state (flat or still rising) lets the final accuracies say."""
+    o = cell["summary"]["objectives"]
+    if REFERENCE not in o:
+        return []
+    ref = o[REFERENCE]
+    where = (
+        f"At noise sd {cell['noise_sd']:.3f} (K = {cell['mc_samples']}, added noise {cell['added_noise_std']:g}, "
+        f"lr {cell['learning_rate']:g})"
+    )
+    out = []
+    for name, e in o.items():
+        if name == REFERENCE:
+            continue
+        final, auc = e.get(f"final_vs_{REFERENCE}"), e.get(f"auc_vs_{REFERENCE}")
+        if final is None or auc is None:
+            continue
+        moved = (
+            f"; weights moved (L2) {e['param_distance']:.3g} against {ref['param_distance']:.3g}"
+            if e["param_distance"] is not None and ref["param_distance"] is not None
+            else ""
+        )
+        out.append(
+            f"{where}, {name} - {REFERENCE}: final accuracy {final['mean']:+.3f} ({_significance(final)}), area under "
+            f"the curve {auc['mean']:+.3f} ({_significance(auc)}); collapsed runs {name} {e['collapsed']} of "
+            f"{e['seeds']}, {REFERENCE} {ref['collapsed']} of {ref['seeds']}{moved}."
+        )
+        ref_breaks, mine_breaks = ref["collapsed"] * 2 > ref["seeds"], e["collapsed"] * 2 > e["seeds"]
+        if ref_breaks and e["collapsed"] == 0:
+            out.append(
+                f"There {REFERENCE}'s curve breaks ({ref['collapsed']} of {ref['seeds']} runs collapse) and {name}'s "
+                f"does not (0 of {e['seeds']})."
+            )
+        elif ref_breaks or mine_breaks:
+            out.append(
+                f"There {REFERENCE} collapses in {ref['collapsed']} of {ref['seeds']} runs and {name} in "
+                f"{e['collapsed']} of {e['seeds']}."
+            )
+    best = cell["summary"]["best_objective"]
+    state = flat_state(cell["runs"], best, flat)
+    if state is False:
+        out.append(
+            f"{where}, the best curve ({best}, mean area under the curve {o[best]['auc']:.3f}) is still rising at the "
+            f"last evaluation, so the final accuracies there rank how fast the objectives learn, not the level they "
+            f"reach."
+        )
+    elif state is True:
+        out.append(
+            f"{where}, the best curve ({best}, mean area under the curve {o[best]['auc']:.3f}) is flat over its last "
+            f"{flat['evals']} evaluations (rose by less than {flat['delta']:g})."
+        )
+    return out
+
+
+def reading(data: dict) -> list[str]:
+    """Every sentence of interpretation of the block (`cell_reading` of each cell, the breaking point), rendered
+    from the JSON; tests/scripts/test_interpretation.py checks each against it (`stabledrl_trl.claims`)."""
+    out = [x for c in data["cells"] for x in cell_reading(c, data["settings"]["flat"])]
+    return out + breaking_point_sentences(data)
+
+
+def breaking_point_sentences(data: dict) -> list[str]:
+    lines = []
+    for lr, sd in data["breaking_point"].items():
+        cells = [c for c in data["cells"] if f"{c['learning_rate']:g}" == lr]
+        if sd is None:
+            sds = ", ".join(f"{c['noise_sd']:.3f}" for c in sorted(cells, key=lambda c: c["noise_sd"]))
+            lines.append(
+                f"lr {lr}: at none of the measured noise sds ({sds}) does {REFERENCE} collapse in most seeds while "
+                f"stable_drl collapses in none."
+            )
+            continue
+        cell = next(c for c in cells if c["noise_sd"] == sd)
+        o = cell["summary"]["objectives"]
+        lines.append(
+            f"lr {lr}: smallest measured noise sd at which {REFERENCE} collapses in most seeds and stable_drl in none: "
+            f"{sd:.3f} ({REFERENCE} {o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} seeds, stable_drl "
+            f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']})."
+        )
+    return lines
+
+
+def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, list[dict]]]:
+    """(sentence, [the JSON it is rendered from]) for every sentence of `reading` of the committed JSON."""
+    path = os.path.join(docs_dir, JSON_NAME)
+    if not os.path.isfile(path):
+        return []
+    data = results.read_json(path)
+    return [(x, [data]) for x in reading(data)]
 
 
 def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
