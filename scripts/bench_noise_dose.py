@@ -2,6 +2,7 @@
 flat, with collapse defined, on the embedded digit-sorting task.
 
     python scripts/bench_noise_dose.py                                   # the full grid (many CPU hours; see below)
+    python scripts/bench_noise_dose.py --preset k2-added-noise          # the named slice in docs/noise_dose.md
     python scripts/bench_noise_dose.py --pilot --output-dir outputs/noise_dose_pilot   # a labelled short pilot
     python scripts/bench_noise_dose.py --readme-only                     # re-render docs/noise_dose.md
 
@@ -36,7 +37,9 @@ majority of seeds while stable_drl does not, or says that none was found in the 
 Cost: a 300-step run takes about 2 minutes on a free CPU core; the full grid (3 K x 4 noises x 2 learning rates x
 5 objectives x 5 seeds = 600 runs of `--max-steps`, default 1500) is days of one core. Run it on a machine with
 cores to spare (`--cells` picks a subset, e.g. `--cells 2:1.0:5e-5`). `--pilot` runs a labelled pilot (1 seed, 2
-objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion.
+objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion. `--preset NAME` runs a named
+partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 1 / 2, GRPO and StableDRL, 5 seeds, 120 steps),
+whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 """
 
 from __future__ import annotations
