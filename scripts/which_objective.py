@@ -178,7 +178,8 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
             safe = (
                 f"; below it (sd {', '.join(format(c['noise_sd'], '.3f') for c in below)}) GRPO collapsed in "
                 f"{', '.join(str(c['summary']['objectives'][REFERENCE]['collapsed']) for c in below)} of "
-                f"{o[REFERENCE]['seeds']} runs"
+                f"{o[REFERENCE]['seeds']} runs, so the level where it starts to break lies between "
+                f"{max(c['noise_sd'] for c in below):.3f} and {sd:.3f}, where no level was run"
                 if below
                 else ""
             )
