@@ -144,7 +144,13 @@ def reading(data: dict) -> list[str]:
             f"{n}'s rollouts from the warm-up ({s['sft']['max_steps']} SFT steps): correctness reward "
             f"{x['correctness_mean']:.3f}, format reward {x['format_mean']:.3f} on average, "
             f"{x['equal_reward_group_frac']:.3f} of the groups with all rewards equal (no learning signal), mean "
-            f"completion length {x['completion_mean_length']:.3g} tokens."
+            f"completion length {x['completion_mean_length']:.3g} tokens"
+            + (
+                ": every advantage is 0, so these rollouts give the objective no gradient at all (the warm-up, not "
+                "the objective, is what limits RL on this task here)."
+                if x["equal_reward_group_frac"] == 1.0
+                else "."
+            )
         )
     return lines
 

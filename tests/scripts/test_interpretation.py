@@ -109,6 +109,14 @@ def test_noise_dose_reading_is_backed_by_its_json(load_script):
     assert all(sentence in block for sentence, _ in found)
 
 
+def test_length_train_reading_is_backed_by_its_json(load_script):
+    bench = load_script("bench_length_train")
+    found = bench.interpretation_sentences(str(DOCS))
+    assert len(found) >= 2, "docs/bench_length_train.json renders its cost reading"
+    problems = [p for sentence, sources in found for p in claims.check_sentence(sentence, sources)]
+    assert not problems, "\n".join(problems)
+
+
 def test_which_objective_sentences_are_backed_by_their_jsons(load_script):
     script = load_script("which_objective")
     found = script.interpretation_sentences(str(DOCS))
