@@ -2,6 +2,7 @@
 flat, with collapse defined, on the embedded digit-sorting task.
 
     python scripts/bench_noise_dose.py                                   # the full grid (many CPU hours; see below)
+    python scripts/bench_noise_dose.py --preset k2-added-noise          # the named slice in docs/noise_dose.md
     python scripts/bench_noise_dose.py --pilot --output-dir outputs/noise_dose_pilot   # a labelled short pilot
     python scripts/bench_noise_dose.py --readme-only                     # re-render docs/noise_dose.md
 
@@ -36,7 +37,9 @@ majority of seeds while stable_drl does not, or says that none was found in the 
 Cost: a 300-step run takes about 2 minutes on a free CPU core; the full grid (3 K x 4 noises x 2 learning rates x
 5 objectives x 5 seeds = 600 runs of `--max-steps`, default 1500) is days of one core. Run it on a machine with
 cores to spare (`--cells` picks a subset, e.g. `--cells 2:1.0:5e-5`). `--pilot` runs a labelled pilot (1 seed, 2
-objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion.
+objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion. `--preset NAME` runs a named
+partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 1 / 2, GRPO and StableDRL, 5 seeds, 120 steps),
+whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 """
 
 from __future__ import annotations
@@ -57,10 +60,20 @@ JSON_NAME = "bench_noise_dose.json"
 BLOCK = "noise_dose"
 OBJECTIVES = ("grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo")
 REFERENCE = "grpo_seq"
+ALPHA = 0.05  # significance level of the paired t-tests in the reading
 DEFAULTS = dict(mc_samples=[8, 2, 1], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5, 1.5e-4],
                 seeds=[0, 1, 2, 3, 4], max_steps=1500, eval_every=50, eval_samples=512, eval_draws=4)  # fmt: skip
 PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seeds=[0], max_steps=60, eval_every=20,
              eval_samples=128, eval_draws=2, objectives=["grpo_seq", "stable_drl"])  # fmt: skip
+# Named partial grids: a slice of the full grid run in full (5 seeds), labelled as that slice with the cells it leaves
+# out. "k2-added-noise": the grid's most informative slice on one CPU core (K = 2, the study's setting, with the
+# added noise 0 / 1 / 2 as the dose; GRPO against StableDRL; one learning rate).
+PRESETS = {
+    "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
+                           max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
+                           objectives=["grpo_seq", "stable_drl"]),
+}  # fmt: skip
+GRID_KEYS = ("mc_samples", "added_noise", "learning_rates")
 
 
 def load_study():
@@ -231,6 +244,8 @@ def run(args, argv) -> dict:
     return {
         "provenance": provenance,
         "pilot": args.pilot,
+        "preset": args.preset,
+        "grid": grid_record(args),
         "settings": {
             "study": bench.STUDY,
             "objectives": args.objectives,
@@ -249,12 +264,61 @@ def run(args, argv) -> dict:
     }
 
 
+def grid_record(args) -> dict:
+    """The grid that was run (its cells and objectives) next to the full grid (`DEFAULTS`, `OBJECTIVES`), so the
+    rendering can name the cells of the full grid that were not run."""
+    full = {key: list(DEFAULTS[key]) for key in GRID_KEYS}
+    full.update(objectives=list(OBJECTIVES), seeds=list(DEFAULTS["seeds"]), max_steps=DEFAULTS["max_steps"])
+    run_cells = [list(c) for c in args.cells]
+    ran = {"mc_samples": sorted({c[0] for c in args.cells}, reverse=True),
+           "added_noise": sorted({c[1] for c in args.cells}), "learning_rates": sorted({c[2] for c in args.cells}),
+           "objectives": list(args.objectives)}  # fmt: skip
+    return {"full": full, "cells": run_cells, "ran": ran}
+
+
+def not_run(grid: dict) -> list[str]:
+    """The parts of the full grid a run left out (each as "<what>: <values>"), from `grid_record`."""
+    full, ran = grid["full"], grid["ran"]
+    out = []
+    for key, label in (("mc_samples", "K"), ("added_noise", "added noise"), ("learning_rates", "lr"),
+                       ("objectives", "objectives")):  # fmt: skip
+        missing = [v for v in full[key] if v not in ran[key]]
+        if missing:
+            out.append(f"{label} {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in missing)}")
+    all_cells = len(full["mc_samples"]) * len(full["added_noise"]) * len(full["learning_rates"])
+    ran_product = len(ran["mc_samples"]) * len(ran["added_noise"]) * len(ran["learning_rates"])
+    if len(grid["cells"]) < ran_product:
+        out.append(f"{ran_product - len(grid['cells'])} of the remaining (K, noise, lr) combinations")
+    out.append(f"{all_cells - len(grid['cells'])} of the full grid's {all_cells} (K, noise, lr) cells in all")
+    return out
+
+
+def grid_label(data: dict) -> str:
+    """The opening of the block: PILOT, a named partial grid with what it leaves out, or the full grid."""
+    if data["pilot"]:
+        return "PILOT (checks the pipeline; supports no conclusion). "
+    grid = data.get("grid")
+    if grid is None:
+        return ""
+    full, s = grid["full"], data["settings"]
+    missing = not_run(grid)
+    if len(missing) == 1 and list(s["objectives"]) == list(full["objectives"]) and s["max_steps"] >= full["max_steps"]:
+        return "The full grid. "
+    name = f" `{data['preset']}`" if data.get("preset") else ""
+    return (
+        f"PARTIAL GRID{name}: the cells K = {', '.join(map(str, grid['ran']['mc_samples']))} x added noise "
+        f"{', '.join(f'{v:g}' for v in grid['ran']['added_noise'])} x lr "
+        f"{', '.join(f'{v:g}' for v in grid['ran']['learning_rates'])}, objectives {', '.join(s['objectives'])}. "
+        f"Not run from the full grid: {'; '.join(missing)}; and the full grid's {full['max_steps']} steps. "
+    )
+
+
 # --- rendering: from the JSON alone --------------------------------------------------------------------------------
 
 
 def render(data: dict) -> str:
     s = data["settings"]
-    label = "PILOT (checks the pipeline; supports no conclusion). " if data["pilot"] else ""
+    label = grid_label(data)
     text = (
         f"{label}{s['max_steps']} steps, seeds {', '.join(str(x) for x in s['seeds'])}, held-out accuracy on "
         f"{s['eval_samples']} prompts (mean of {s['eval_draws']} draws) every {s['eval_every']} steps; collapse = "
@@ -278,21 +342,108 @@ def render(data: dict) -> str:
                 FLAT_LABELS[flat_state(c["runs"], name, s["flat"])] if name == best_objective(summary["objectives"]) else "",
             ])  # fmt: skip
     text += results.markdown_table(header, rows)
-    lines = []
-    for lr, sd in data["breaking_point"].items():
-        if sd is None:
-            lines.append(f"lr {lr}: no cell where grpo_seq collapses in most seeds and stable_drl in none.")
-            continue
-        cell = next(c for c in data["cells"] if f"{c['learning_rate']:g}" == lr and c["noise_sd"] == sd)
-        o = cell["summary"]["objectives"]
-        lines.append(
-            f"lr {lr}: smallest measured noise sd at which grpo_seq collapses in most seeds and stable_drl in none: "
-            f"{sd:.3f} (grpo_seq {o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} seeds, stable_drl "
-            f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']})."
-        )
-    text += "\n" + " ".join(lines) + "\n"
+    text += "\n" + "\n".join(reading(data)) + "\n"
     text += f"\nWall time {data['seconds'] / 60:.1f} min. " + results.provenance_line(data)
     return text
+
+
+def _significance(test: dict | None) -> str:
+    if not test:
+        return "no paired test"
+    return f"p = {test['p']:.3f}, {'significant' if test['p'] < ALPHA else 'not significant'} at {ALPHA:g}"
+
+
+def cell_reading(cell: dict, flat: dict) -> list[str]:
+    """The reading of one cell, per objective against REFERENCE, each sentence with the figures it rests on: the
+    paired final and AUC differences with their tests, the collapsed runs, the distance moved, and what the best
+    curve's state (flat or still rising) lets the final accuracies say."""
+    o = cell["summary"]["objectives"]
+    if REFERENCE not in o:
+        return []
+    ref = o[REFERENCE]
+    where = (
+        f"At noise sd {cell['noise_sd']:.3f} (K = {cell['mc_samples']}, added noise {cell['added_noise_std']:g}, "
+        f"lr {cell['learning_rate']:g})"
+    )
+    out = []
+    for name, e in o.items():
+        if name == REFERENCE:
+            continue
+        final, auc = e.get(f"final_vs_{REFERENCE}"), e.get(f"auc_vs_{REFERENCE}")
+        if final is None or auc is None:
+            continue
+        moved = (
+            f"; weights moved (L2) {e['param_distance']:.3g} against {ref['param_distance']:.3g}"
+            if e["param_distance"] is not None and ref["param_distance"] is not None
+            else ""
+        )
+        out.append(
+            f"{where}, {name} - {REFERENCE}: final accuracy {final['mean']:+.3f} ({_significance(final)}), area under "
+            f"the curve {auc['mean']:+.3f} ({_significance(auc)}); collapsed runs {name} {e['collapsed']} of "
+            f"{e['seeds']}, {REFERENCE} {ref['collapsed']} of {ref['seeds']}{moved}."
+        )
+        ref_breaks, mine_breaks = ref["collapsed"] * 2 > ref["seeds"], e["collapsed"] * 2 > e["seeds"]
+        if ref_breaks and e["collapsed"] == 0:
+            out.append(
+                f"There {REFERENCE}'s curve breaks ({ref['collapsed']} of {ref['seeds']} runs collapse) and {name}'s "
+                f"does not (0 of {e['seeds']})."
+            )
+        elif ref_breaks or mine_breaks:
+            out.append(
+                f"There {REFERENCE} collapses in {ref['collapsed']} of {ref['seeds']} runs and {name} in "
+                f"{e['collapsed']} of {e['seeds']}."
+            )
+    best = cell["summary"]["best_objective"]
+    state = flat_state(cell["runs"], best, flat)
+    if state is False:
+        out.append(
+            f"{where}, the best curve ({best}, mean area under the curve {o[best]['auc']:.3f}) is still rising at the "
+            f"last evaluation, so the final accuracies there rank how fast the objectives learn, not the level they "
+            f"reach."
+        )
+    elif state is True:
+        out.append(
+            f"{where}, the best curve ({best}, mean area under the curve {o[best]['auc']:.3f}) is flat over its last "
+            f"{flat['evals']} evaluations (rose by less than {flat['delta']:g})."
+        )
+    return out
+
+
+def reading(data: dict) -> list[str]:
+    """Every sentence of interpretation of the block (`cell_reading` of each cell, the breaking point), rendered
+    from the JSON; tests/scripts/test_interpretation.py checks each against it (`stabledrl_trl.claims`)."""
+    out = [x for c in data["cells"] for x in cell_reading(c, data["settings"]["flat"])]
+    return out + breaking_point_sentences(data)
+
+
+def breaking_point_sentences(data: dict) -> list[str]:
+    lines = []
+    for lr, sd in data["breaking_point"].items():
+        cells = [c for c in data["cells"] if f"{c['learning_rate']:g}" == lr]
+        if sd is None:
+            sds = ", ".join(f"{c['noise_sd']:.3f}" for c in sorted(cells, key=lambda c: c["noise_sd"]))
+            lines.append(
+                f"lr {lr}: at none of the measured noise sds ({sds}) does {REFERENCE} collapse in most seeds while "
+                f"stable_drl collapses in none."
+            )
+            continue
+        cell = next(c for c in cells if c["noise_sd"] == sd)
+        o = cell["summary"]["objectives"]
+        lines.append(
+            f"lr {lr}: smallest measured noise sd at which {REFERENCE} collapses in most seeds and stable_drl in none: "
+            f"{sd:.3f} ({REFERENCE} {o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} seeds, stable_drl "
+            f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']})."
+        )
+    return lines
+
+
+def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, list[dict]]]:
+    """(sentence, [the JSON it is rendered from]) for every sentence of `reading` of the committed JSON."""
+    path = os.path.join(docs_dir, JSON_NAME)
+    if not os.path.isfile(path):
+        return []
+    data = results.read_json(path)
+    return [(x, [data]) for x in reading(data)]
 
 
 def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
@@ -314,6 +465,13 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--runs-dir", default="outputs/bench_noise_dose/runs")
     p.add_argument("--pilot", action="store_true", help="a labelled pilot: " + str(PILOT))
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a named partial grid, labelled as such with the cells of the full grid it leaves out: "
+        + "; ".join(f"{k}: {v}" for k, v in PRESETS.items()),
+    )
     p.add_argument("--objectives", nargs="+", default=None, choices=OBJECTIVES)
     p.add_argument("--mc-samples", nargs="+", type=int, default=None)
     p.add_argument("--added-noise", nargs="+", type=float, default=None, help="test-only log-ratio noise std")
@@ -337,7 +495,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv=None):
     args = make_parser().parse_args(argv)
-    base = {**DEFAULTS, "objectives": list(OBJECTIVES), **(PILOT if args.pilot else {})}
+    if args.pilot and args.preset:
+        raise SystemExit("--pilot and --preset both choose the grid: give one of them.")
+    base = {**DEFAULTS, "objectives": list(OBJECTIVES), **(PILOT if args.pilot else PRESETS.get(args.preset, {}))}
     for key, value in base.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -125,6 +125,11 @@ def test_noise_dose_arguments(load_script):
     assert len(full.cells) == 3 * 4 * 2 and full.seeds == [0, 1, 2, 3, 4] and full.max_steps == 1500
     pilot = bench.parse_args(["--pilot"])
     assert pilot.objectives == ["grpo_seq", "stable_drl"] and len(pilot.cells) == 2 and pilot.max_steps == 60
+    preset = bench.parse_args(["--preset", "k2-added-noise"])
+    assert preset.cells == [(2, 0.0, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5)] and preset.seeds == [0, 1, 2, 3, 4]
+    assert preset.objectives == ["grpo_seq", "stable_drl"] and not preset.pilot
+    with pytest.raises(SystemExit, match="give one of them"):
+        bench.parse_args(["--preset", "k2-added-noise", "--pilot"])
     with pytest.raises(SystemExit, match="K:NOISE:LR"):
         bench.parse_args(["--cells", "2:1.0"])
     with pytest.raises(SystemExit, match="include grpo_seq"):
@@ -182,3 +187,24 @@ def test_length_noise_quick_run_end_to_end(load_script, tmp_path):
             n = r["scored_tokens_min"]
             assert r["sum_form"]["log_ratio_sd"] == pytest.approx(n * r["mean_form"]["log_ratio_sd"])
     assert (tmp_path / "out" / bench.JSON_NAME).is_file()
+
+
+def test_noise_dose_partial_grid_names_what_it_leaves_out(load_script):
+    bench = load_script("bench_noise_dose")
+    args = bench.parse_args(["--preset", "k2-added-noise"])
+    grid = bench.grid_record(args)
+    # the full grid: K 8, 2, 1 x noise 0, 0.5, 1, 2 x lr 5e-5, 1.5e-4 = 24 cells, 5 objectives; the preset runs 3 cells
+    assert bench.not_run(grid) == ["K 8, 1", "added noise 0.5", "lr 0.00015",
+                                   "objectives stable_drl_no_clip, dgpo, diffu_grpo",
+                                   "21 of the full grid's 24 (K, noise, lr) cells in all"]  # fmt: skip
+    data = {"pilot": False, "preset": "k2-added-noise", "grid": grid,
+            "settings": {"objectives": args.objectives, "max_steps": args.max_steps}}  # fmt: skip
+    label = bench.grid_label(data)
+    assert label.startswith("PARTIAL GRID `k2-added-noise`") and "the full grid's 1500 steps" in label
+    full = bench.parse_args([])
+    data = {"pilot": False, "preset": None, "grid": bench.grid_record(full),
+            "settings": {"objectives": full.objectives, "max_steps": full.max_steps}}  # fmt: skip
+    assert bench.grid_label(data) == "The full grid. "
+    some = bench.parse_args(["--cells", "2:1.0:5e-5", "8:0:1.5e-4"])  # 2 of the 2 x 2 x 2 combinations they span
+    assert "6 of the remaining (K, noise, lr) combinations" in bench.not_run(bench.grid_record(some))
+    assert bench.grid_label({"pilot": True}).startswith("PILOT")

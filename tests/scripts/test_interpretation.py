@@ -1,8 +1,10 @@
-"""Every sentence of interpretation in the stability blocks rests on a number of the JSON it is rendered from.
+"""Every sentence of interpretation in the results blocks rests on a number of the JSON it is rendered from.
 
 `scripts/bench_stability.py` renders its readings (the verdict, the estimator-noise line, the paired comparisons, the
-headline and the other-estimator sentence) from the committed docs/bench_stability*_summary.json; each sentence must
-carry a figure and every figure must be a value of that JSON (`stabledrl_trl.claims`). The prose around the blocks
+headline and the other-estimator sentence) from the committed docs/bench_stability*_summary.json,
+`scripts/bench_noise_dose.py` its per-cell readings from docs/bench_noise_dose.json, and `scripts/which_objective.py`
+the "Which objective when" section from all of them; each sentence must carry a figure and every figure must be a
+value of the JSON it is read from (`stabledrl_trl.claims`). The prose around the blocks
 may not state a comparison ("less noise", "more stable", "faster", ...): only rendered text, with its figures, does.
 """
 
@@ -95,6 +97,64 @@ def test_reading_follows_the_measured_noise_and_the_paired_lead(sentences):
     assert "do not show that StableDRL's gain grows" in bench.other_estimator_sentence(main, other)
 
 
+def test_noise_dose_reading_is_backed_by_its_json(load_script):
+    bench = load_script("bench_noise_dose")
+    found = bench.interpretation_sentences(str(DOCS))
+    data = results.read_json(str(DOCS / bench.JSON_NAME))
+    assert len(found) >= len(data["cells"]) + len(data["breaking_point"])  # a reading per cell and per lr
+    problems = [p for sentence, sources in found for p in claims.check_sentence(sentence, sources, (bench.ALPHA,))]
+    assert not problems, "\n".join(problems)
+    # the block carries exactly these sentences
+    block = bench.readme_blocks(str(DOCS))[bench.BLOCK]
+    assert all(sentence in block for sentence, _ in found)
+
+
+def test_length_train_reading_is_backed_by_its_json(load_script):
+    bench = load_script("bench_length_train")
+    found = bench.interpretation_sentences(str(DOCS))
+    assert len(found) >= 2, "docs/bench_length_train.json renders its cost reading"
+    problems = [p for sentence, sources in found for p in claims.check_sentence(sentence, sources)]
+    assert not problems, "\n".join(problems)
+
+
+def test_which_objective_sentences_are_backed_by_their_jsons(load_script):
+    script = load_script("which_objective")
+    found = script.interpretation_sentences(str(DOCS))
+    assert len(found) >= 6
+    problems = [p for sentence, sources in found for p in claims.check_sentence(sentence, sources, (script.ALPHA,))]
+    assert not problems, "\n".join(problems)
+    buckets = {b for b, _, _ in script.readings(script.load(str(DOCS)))}
+    assert buckets == {"helps", "not", "when"}  # where it helps, where it does not, which objective when
+    block = script.readme_blocks(str(DOCS))[script.BLOCK]
+    assert all(sentence in block for sentence, _ in found)
+
+
+def test_which_objective_reading_follows_the_numbers(load_script):
+    script = load_script("which_objective")
+    src = copy.deepcopy(script.load(str(DOCS)))
+    main_test = src["main"]["comparisons"]["stable_drl"]["t_test"]
+    forms = claims.printed_forms([v for d in src.values() for v in claims.numeric_leaves(d)])
+    value = next(v / 1000 for v in range(150, 400) if f"{v / 1000:.3f}" not in forms)  # a value no JSON holds
+
+    def bucket_of(sources, start):
+        return [(b, x) for b, x, _ in script.study_readings(sources) if x.startswith(start)][0]
+
+    assert bucket_of(src, "With block_random (")[0] == ("helps" if main_test["mean"] > 0 and main_test["p"] < 0.05
+                                                        else "not")  # fmt: skip
+    main_test.update(mean=-value, p=0.001)  # StableDRL significantly behind: the reading moves and says so
+    bucket, sentence = bucket_of(src, "With block_random (")
+    assert bucket == "not" and f"behind sequence-level GRPO by {value:.3f}" in sentence
+    assert any(f"{value:.3f}" in p for p in claims.check_sentence(sentence, [script.load(str(DOCS))["main"]]))
+    main_test.update(mean=value, p=0.2)  # not significant: no lead is claimed
+    bucket, sentence = bucket_of(src, "With block_random (")
+    assert bucket == "not" and "no significant difference" in sentence
+    # the dose study: without a breaking point the recommendation says there is no threshold
+    for lr in src["dose"]["breaking_point"]:
+        src["dose"]["breaking_point"][lr] = None
+    when = [x for b, x, _ in script.recommendations(src) if "dose study" in x]
+    assert when and all("no noise level where GRPO collapses and StableDRL does not" in x for x in when)
+
+
 def _prose_outside_blocks(text: str) -> str:
     return re.sub(r"<!-- (\w+):start -->.*?<!-- \1:end -->", "", text, flags=re.S)
 
@@ -103,10 +163,11 @@ def test_stability_prose_states_no_comparison_without_a_figure():
     pages = []
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         text = page.read_text()
-        if "## Stability study" in text:  # the section, up to the next heading of its level
-            section = text.split("## Stability study", 1)[1]
-            pages.append((page.name, section.split("\n## ", 1)[0]))
-        elif page.name.startswith("stability"):
+        for heading in ("## Stability study", "## Which objective when"):  # the section, up to the next heading
+            if heading in text:
+                section = text.split(heading, 1)[1]
+                pages.append((page.name, section.split("\n## ", 1)[0]))
+        if page.name.startswith("stability") and "## Stability study" not in text:
             pages.append((page.name, text))
     assert pages, "no stability study text found"
     for name, text in pages:

@@ -1,0 +1,283 @@
+"""Which objective when: where StableDRL helps at this scale, where it does not, and which objective to use when,
+rendered from the committed study JSONs (no run of its own).
+
+    python scripts/which_objective.py --write-readme     # rewrite the which_objective block of docs/results.md
+    python scripts/which_objective.py                    # print it
+
+Sources (each read from `--docs-dir`, default docs/; a reading whose JSON is missing is left out):
+- `bench_stability_summary.json`: GRPO against StableDRL at the stability study's setting (block_random in blocks
+  of 2, K = 2), with the estimator noise measured in that setting;
+- `bench_stability_coupled_summary.json`: the same study with `block_random_coupled`;
+- `bench_stability_controls_summary.json` / `bench_stability_controls2_summary.json`: StableDRL without its clip,
+  and d1's diffu-GRPO, against the same GRPO runs;
+- `bench_noise_dose.json`: GRPO against StableDRL at added log-ratio noise of known size, with collapse defined;
+- `bench_length_noise.json`: the weights' size on 32-64-token answers, per-token mean against sum.
+
+Every sentence carries the figures and the comparison it rests on (`interpretation_sentences` gives each with the
+JSONs it is read from; tests/scripts/test_interpretation.py checks every number against them). Which bucket a
+reading falls in ("helps", "does not") follows the numbers: a significant paired lead at `ALPHA`, or GRPO collapsing
+in most seeds while StableDRL collapses in none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from stabledrl_trl import results  # noqa: E402
+
+BLOCK = "which_objective"
+ALPHA = 0.05  # significance level of the paired t-tests (bench_stability.CLAIM_P, bench_noise_dose.ALPHA)
+SOURCES = {
+    "main": "bench_stability_summary.json",
+    "coupled": "bench_stability_coupled_summary.json",
+    "controls": "bench_stability_controls_summary.json",
+    "controls2": "bench_stability_controls2_summary.json",
+    "dose": "bench_noise_dose.json",
+    "length": "bench_length_noise.json",
+}
+REFERENCE = "grpo_seq"
+
+
+def load(docs_dir: str) -> dict[str, dict]:
+    """{source name: JSON} for the `SOURCES` present in docs_dir with provenance."""
+    out = {}
+    for name, file in SOURCES.items():
+        path = os.path.join(docs_dir, file)
+        if os.path.isfile(path):
+            data = results.read_json(path)
+            if "provenance" in data:
+                out[name] = data
+    return out
+
+
+def _noise_sd(summary: dict, name: str) -> float | None:
+    record = (summary.get("estimator_noise") or {}).get("objectives", {}).get(name)
+    return None if record is None else record["log_ratio_sd"]
+
+
+def _lead(test: dict, name: str, ref: str = "sequence-level GRPO") -> tuple[str, str]:
+    """(bucket, phrase) of a paired t-test of name - ref: "helps" when significantly ahead, else "not"."""
+    if test["p"] >= ALPHA:
+        return "not", (
+            f"{name} and {ref} end with no significant difference ({test['mean']:+.3f}, paired t-test p = "
+            f"{test['p']:.3f})"
+        )
+    if test["mean"] > 0:
+        return "helps", f"{name} ends ahead of {ref} by {test['mean']:.3f} (paired t-test p = {test['p']:.3f})"
+    return "not", f"{name} ends behind {ref} by {-test['mean']:.3f} (paired t-test p = {test['p']:.3f})"
+
+
+def _setting(summary: dict, joint: str = ", ") -> str:
+    """The estimator setting, e.g. `block_random, blocks of 2, K = 2` (`joint` after the estimator's name)."""
+    study = summary["settings"]["study"]
+    blocks = study.get("estimator_block_size")
+    return f"{study['likelihood_estimator']}{joint}blocks of {blocks}, K = {study['mc_samples']}"
+
+
+def _same_reference_runs(a: dict, b: dict) -> bool:
+    """Whether two studies' grpo_seq runs are the same runs (equal final accuracy for every seed)."""
+
+    def finals(s):
+        return {r["seed"]: r["accuracy_after"] for r in s["runs"] if r["objective"] == REFERENCE}
+
+    return finals(a) == finals(b) and bool(finals(a))
+
+
+def study_readings(src: dict) -> list[tuple[str, str, list[dict]]]:
+    """(bucket, sentence, sources) from the stability studies: StableDRL against GRPO per estimator setting."""
+    out = []
+    for key in ("main", "coupled"):
+        s = src.get(key)
+        if s is None or "stable_drl" not in s["comparisons"]:
+            continue
+        bucket, phrase = _lead(s["comparisons"]["stable_drl"]["t_test"], "StableDRL")
+        sd = _noise_sd(s, "stable_drl")
+        noise = "" if sd is None else f"; pure-noise log-ratio sd {sd:.3f} at the start"
+        out.append((bucket, (
+            f"With {_setting(s, ' (')}{noise}), {phrase} after {s['settings']['max_steps']} steps over "
+            f"{len(s['settings']['seeds'])} seeds."
+        ), [s]))  # fmt: skip
+    main, controls = src.get("main"), src.get("controls")
+    if main and controls and "stable_drl_no_clip" in controls["comparisons"] and "stable_drl" in main["comparisons"]:
+        t = controls["comparisons"]["stable_drl_no_clip"]["t_test"]
+        clip = controls["settings"]["objectives"]["stable_drl_no_clip"]["clip_c"]
+        bucket, phrase = _lead(t, f"StableDRL without its clip (C = {clip:g}: the group self-normalisation alone)")
+        same = ", the same GRPO runs" if _same_reference_runs(main, controls) else ""
+        out.append((bucket, (
+            f"In the same setting{same}, {phrase}, against {main['comparisons']['stable_drl']['t_test']['mean']:+.3f} "
+            f"with the clip at C = {main['settings']['objectives']['stable_drl']['clip_c']:g}."
+        ), [main, controls]))  # fmt: skip
+    return out
+
+
+def dose_readings(src: dict) -> list[tuple[str, str, list[dict]]]:
+    """(bucket, sentence, sources) from the noise-dose study, one per cell with both objectives."""
+    dose = src.get("dose")
+    if dose is None:
+        return []
+    out = []
+    for c in sorted(dose["cells"], key=lambda c: (c["learning_rate"], c["noise_sd"])):
+        o = c["summary"]["objectives"]
+        if REFERENCE not in o or "stable_drl" not in o or not o["stable_drl"].get(f"final_vs_{REFERENCE}"):
+            continue
+        ref, sd = o[REFERENCE], o["stable_drl"]
+        bucket, phrase = _lead(sd[f"final_vs_{REFERENCE}"], "StableDRL")
+        breaks = ref["collapsed"] * 2 > ref["seeds"] and sd["collapsed"] == 0
+        if breaks:
+            bucket = "helps"
+        out.append((bucket, (
+            f"With noise added to the log-ratio (K = {c['mc_samples']}, added sd {c['added_noise_std']:g}: pure-noise "
+            f"sd {c['noise_sd']:.3f}; lr {c['learning_rate']:g}, {dose['settings']['max_steps']} steps), {phrase}; "
+            f"collapsed runs GRPO {ref['collapsed']} of {ref['seeds']}, StableDRL {sd['collapsed']} of {sd['seeds']}."
+        ), [dose]))  # fmt: skip
+    return out
+
+
+def length_reading(src: dict) -> list[tuple[str, str, list[dict]]]:
+    """(bucket, sentence, sources): the size of the mean-form weights on the longest answers measured."""
+    length = src.get("length")
+    if length is None:
+        return []
+    rows = [r for r in length["rows"] if r["task"] == "digit_sort_long"]
+    if not rows:
+        return []
+    longest = max(r["scored_tokens_mean"] for r in rows)
+    row = max((r for r in rows if r["scored_tokens_mean"] == longest), key=lambda r: r["mean_form"]["weight_max"])
+    m, s = row["mean_form"], row["sum_form"]
+    return [("not", (
+        f"On answers of {row['scored_tokens_mean']:.1f} scored tokens (digit_sort_long, {row['setting']}, "
+        f"before any RL), "
+        f"the per-token mean ratio that this trainer and the official code use gives at most {m['weight_max']:.3g} of "
+        f"{row['pairs']} pure-noise weights, {m['frac_above_clip_c']:.3f} of them above C = "
+        f"{length['settings']['clip_c']:g}, where a sum over tokens of the same pairs reaches {s['weight_max']:.3g}: "
+        f"at this scale the clip has little to cut."
+    ), [length])]  # fmt: skip
+
+
+def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
+    """(bucket "when", sentence, sources): which objective to use when, each with the figures it rests on."""
+    out = []
+    dose = src.get("dose")
+    if dose is not None:
+        for lr, sd in dose["breaking_point"].items():
+            cells = [c for c in dose["cells"] if f"{c['learning_rate']:g}" == lr]
+            if sd is None:
+                sds = ", ".join(f"{c['noise_sd']:.3f}" for c in sorted(cells, key=lambda c: c["noise_sd"]))
+                out.append(("when", (
+                    f"At lr {lr} the dose study has no noise level where GRPO collapses and StableDRL does not "
+                    f"(pure-noise sds {sds}), so it gives no noise threshold for choosing StableDRL."
+                ), [dose]))  # fmt: skip
+                continue
+            cell = next(c for c in cells if c["noise_sd"] == sd)
+            o = cell["summary"]["objectives"]
+            below = [c for c in cells if c["noise_sd"] < sd]
+            safe = (
+                f"; below it (sd {', '.join(format(c['noise_sd'], '.3f') for c in below)}) GRPO collapsed in "
+                f"{', '.join(str(c['summary']['objectives'][REFERENCE]['collapsed']) for c in below)} of "
+                f"{o[REFERENCE]['seeds']} runs, so the level where it starts to break lies between "
+                f"{max(c['noise_sd'] for c in below):.3f} and {sd:.3f}, where no level was run"
+                if below
+                else ""
+            )
+            out.append(("when", (
+                f"Use StableDRL when the pure-noise log-ratio sd is as large as {sd:.3f} (lr {lr}): there GRPO "
+                f"collapsed in "
+                f"{o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} runs and StableDRL in "
+                f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']}{safe}."
+            ), [dose]))  # fmt: skip
+    leads = []  # (noise sd, paired test, summary) of StableDRL against GRPO in the stability studies
+    for key in ("main", "coupled"):
+        s = src.get(key)
+        if s and "stable_drl" in s["comparisons"] and _noise_sd(s, "stable_drl") is not None:
+            leads.append((_noise_sd(s, "stable_drl"), s["comparisons"]["stable_drl"]["t_test"], s))
+    ahead = [x for x in leads if x[1]["p"] < ALPHA and x[1]["mean"] > 0]
+    behind = [x for x in leads if x[1]["p"] < ALPHA and x[1]["mean"] < 0]
+    if ahead and behind:
+        a, b = ahead[0], behind[0]
+        out.append(("when", (
+            f"At the low noise of the estimators themselves no objective wins everywhere: StableDRL led GRPO by "
+            f"{a[1]['mean']:.3f} at sd {a[0]:.3f} ({_setting(a[2])}) and trailed it by {-b[1]['mean']:.3f} at sd "
+            f"{b[0]:.3f} ({_setting(b[2])}), so compare both on held-out accuracy for your estimator."
+        ), [x[2] for x in leads]))  # fmt: skip
+    elif leads and len(ahead) == len(leads):
+        out.append(("when", (
+            "At the low noise of the estimators themselves StableDRL led GRPO in every setting measured ("
+            + "; ".join(f"{t['mean']:+.3f} at sd {sd:.3f}" for sd, t, _ in leads) + ")."
+        ), [x[2] for x in leads]))  # fmt: skip
+    main, controls2 = src.get("main"), src.get("controls2")
+    if main and controls2 and "diffu_grpo" in controls2["comparisons"] and "stable_drl" in main["comparisons"]:
+        t = controls2["comparisons"]["diffu_grpo"]["t_test"]
+        sd = _noise_sd(controls2, "diffu_grpo")
+        mine = main["comparisons"]["stable_drl"]["t_test"]
+        if t["p"] < ALPHA and t["mean"] > mine["mean"] and sd is not None and _same_reference_runs(main, controls2):
+            out.append(("when", (
+                f"Where the ratio can be made noise-free, prefer that: d1's diffu-GRPO (one-step mean-field estimate, "
+                f"shared masks: pure-noise sd {sd:.3f}) led the same GRPO runs by {t['mean']:.3f} (p = {t['p']:.3f}), "
+                f"more than StableDRL's {mine['mean']:.3f} (the two were not tested against each other)."
+            ), [main, controls2]))  # fmt: skip
+    return out
+
+
+def readings(src: dict) -> list[tuple[str, str, list[dict]]]:
+    return study_readings(src) + dose_readings(src) + length_reading(src) + recommendations(src)
+
+
+HEADINGS = {
+    "helps": "Where StableDRL helps at this scale",
+    "not": "Where it does not",
+    "when": "Which objective when",
+}
+
+
+def render(src: dict) -> str:
+    """The block: the readings grouped by bucket, then the source JSONs with their commits."""
+    found = readings(src)
+    text = ""
+    for bucket, heading in HEADINGS.items():
+        lines = [f"- {sentence}" for b, sentence, _ in found if b == bucket]
+        if lines:
+            text += f"**{heading}.**\n\n" + "\n".join(lines) + "\n\n"
+    sources = ", ".join(
+        f"`docs/{SOURCES[k]}` (commit {str(src[k]['provenance'].get('commit'))[:10]})" for k in SOURCES if k in src
+    )
+    return text + f"Rendered by `python scripts/which_objective.py --write-readme` from {sources}.\n"
+
+
+def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, list[dict]]]:
+    """(sentence, [the JSONs it is read from]) for every sentence of the block."""
+    return [(sentence, sources) for _, sentence, sources in readings(load(docs_dir))]
+
+
+def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
+    """{"which_objective": the block rendered from the JSONs in docs_dir} ({} when none of them is there)."""
+    src = load(docs_dir)
+    return {BLOCK: render(src)} if src else {}
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--docs-dir", default=results.DOCS, help="folder of the study JSONs (default docs/)")
+    p.add_argument("--write-readme", action="store_true", help="rewrite the which_objective block")
+    p.add_argument("--readme-only", action="store_true", help="the same as --write-readme (nothing is run here)")
+    p.add_argument("--page", default=None, help="page to write (default: the page holding the markers)")
+    return p
+
+
+def main(argv=None) -> dict[str, str]:
+    args = make_parser().parse_args(argv)
+    blocks = readme_blocks(args.docs_dir)
+    if args.write_readme or args.readme_only:
+        results.rewrite_readme_only(blocks, args.docs_dir, ", ".join(SOURCES.values()), readme=args.page)
+    else:
+        if not blocks:
+            raise SystemExit(f"no study JSON ({', '.join(SOURCES.values())}) in {args.docs_dir}")
+        print(blocks[BLOCK])
+    return blocks
+
+
+if __name__ == "__main__":
+    main()
