@@ -4,6 +4,7 @@
     python scripts/bench_embedded.py --configs tiny_noisy --seeds 0 1 2 3
     python scripts/bench_embedded.py --quick --docs-dir /tmp/embedded      # a few steps: a smoke test
     python scripts/bench_embedded.py --configs tiny_gemma --write-readme   # DiffusionGemma: docs/diffusion_gemma.md
+    python scripts/bench_embedded.py --configs tiny_code --write-readme    # the code task (bwrap): docs/code.md
 
 Each (config, seed) runs scripts/train.py's pipeline in this process (`train.main`: SFT warm-up seeded with the seed
 and cached, RL with the config's settings and seed), with held-out accuracy measured before and after RL as the mean
@@ -29,7 +30,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from stabledrl_trl import results  # noqa: E402
 from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
-CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe", "tiny_gemma")
+CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe", "tiny_gemma", "tiny_code")
+# Configs whose block ends with a conclusion rendered from the numbers (docs/code.md states tiny_code's there).
+CONCLUDED = ("tiny_code",)
+SIGNIFICANCE = 0.05
 DEFAULT_CONFIGS = ("tiny", "tiny_noisy", "tiny_block")
 CONFIG_DIR = os.path.join(results.REPO_ROOT, "configs")
 # --quick: seconds per run (a smoke test of the pipeline, not a measurement)
@@ -222,7 +226,26 @@ def render(summary: dict) -> str:
             text += "."
     seconds = [r["seconds"] for r in runs]
     text += f" Wall time per run {min(seconds):.0f}-{max(seconds):.0f} s.\n"
+    if summary["config"] in CONCLUDED:
+        text += conclusion(summary) + "\n"
     return text + results.provenance_line(summary)
+
+
+def conclusion(summary: dict) -> str:
+    """One sentence on whether RL raised the held-out pass rate, from the seeds' gains and the paired t-test."""
+    gains = [r["gain"] for r in summary["runs"]]
+    up = sum(1 for g in gains if g > 0)
+    test = summary.get("gain_t_test")
+    seeds = f"the pass rate rose in {up} of {len(gains)} seeds"
+    if test is None:
+        return f"With one seed there is no test of the gain: {seeds}."
+    if test["p"] < SIGNIFICANCE and test["mean"] > 0:
+        return (f"RL raised the held-out pass rate: {seeds}, and the mean gain is significant "
+                f"(p = {test['p']:.3f} < {SIGNIFICANCE}).")  # fmt: skip
+    if test["p"] < SIGNIFICANCE:
+        return f"RL lowered the held-out pass rate: {seeds}, and the mean loss is significant (p = {test['p']:.3f})."
+    return (f"A gain of RL on this task is not established: {seeds}, and the mean gain is not significant "
+            f"(p = {test['p']:.3f} >= {SIGNIFICANCE}).")  # fmt: skip
 
 
 def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:

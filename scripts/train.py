@@ -186,6 +186,14 @@ class TrainScriptArguments:
     )
     code_timeout: float = field(default=3.0, metadata={"help": "Code tasks: seconds per program (official: 3)."})
     code_memory_mb: int = field(default=1024, metadata={"help": "Code tasks: address-space limit per program, MiB."})
+    code_verdict_cache_mb: int = field(
+        default=64,
+        metadata={
+            "help": "Code tasks: MiB of verdicts kept across reward calls for programs whose verdict did not depend "
+            "on time (never timeouts or crashes): a program graded before on the same tests is not run again. "
+            "0: run every program every time (docs/code.md)."
+        },
+    )
     code_reward: str = field(
         default="official",
         metadata={
@@ -199,13 +207,14 @@ class TrainScriptArguments:
         from stabledrl_trl.sandbox import SandboxSettings
 
         return SandboxSettings(backend=self.code_sandbox, num_workers=self.code_workers, timeout=self.code_timeout,
-                               memory_mb=self.code_memory_mb, mode=self.code_sandbox_mode)  # fmt: skip
+                               memory_mb=self.code_memory_mb, mode=self.code_sandbox_mode,
+                               verdict_cache_mb=self.code_verdict_cache_mb)  # fmt: skip
 
     def _check_code_fields(self, task) -> None:
         from stabledrl_trl.tasks.code import CODE_TASKS, FRACTION_REWARDS
 
         defaults = {"code_sandbox": "bwrap", "code_sandbox_mode": None, "code_workers": None, "code_timeout": 3.0,
-                    "code_memory_mb": 1024, "code_reward": "official"}  # fmt: skip
+                    "code_memory_mb": 1024, "code_reward": "official", "code_verdict_cache_mb": 64}  # fmt: skip
         if task.name not in CODE_TASKS:
             for name, default in defaults.items():
                 if getattr(self, name) != default:
@@ -219,7 +228,7 @@ class TrainScriptArguments:
         except ValueError as error:  # SandboxSettings names its own fields: give the script's names
             message = str(error)
             for key, name in (("timeout", "code_timeout"), ("memory_mb", "code_memory_mb"), ("num_workers", "code_workers"),
-                              ("mode", "code_sandbox_mode")):  # fmt: skip
+                              ("mode", "code_sandbox_mode"), ("verdict_cache_mb", "code_verdict_cache_mb")):  # fmt: skip
                 if message.startswith(key + ":"):
                     raise ValueError(name + message[len(key) :]) from None
             raise

@@ -45,6 +45,7 @@ Failures of the sandbox itself (bwrap cannot start, the harness cannot start und
 
 from __future__ import annotations
 
+import dataclasses
 import marshal
 import math
 import os
@@ -66,6 +67,8 @@ import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+
+from .verdict_cache import VerdictCache, job_key
 
 HARNESS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_harness.py")
 SANDBOX_HARNESS = "/sandbox/code_harness.py"
@@ -126,6 +129,14 @@ class SandboxSettings:
         default="official",
         metadata={"help": "'official': disable the functions the official harness disables (parity); 'none'."},
     )
+    verdict_cache_mb: int = field(
+        default=0,
+        metadata={
+            "help": "MiB of verdicts kept across calls for programs whose verdict did not depend on time (passed, "
+            "failed or raised well inside the time limit; never timeouts or crashes), looked up by the program, "
+            "tests and settings (`stabledrl_trl.verdict_cache`); 0: off, every job runs."
+        },
+    )
     mode: str | None = field(
         default=None,
         metadata={
@@ -163,6 +174,9 @@ class SandboxSettings:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        value = self.verdict_cache_mb
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"verdict_cache_mb: expected an integer >= 0 (0: no cache), got {value!r}")
         if self.memory_mb < 128:
             raise ValueError(
                 f"memory_mb: {self.memory_mb} MiB is too little for a Python interpreter to start; use at least 128 "
@@ -229,6 +243,7 @@ class CodeResult:
     seconds: float
     output: str = ""
     detail: str = ""
+    cached: bool = False  # the verdict of an earlier run of the same job (SandboxSettings.verdict_cache_mb)
 
     @property
     def passed(self) -> bool:
@@ -597,18 +612,45 @@ class CodeSandbox:
         self.restarts = 0  # zygotes ended because a run left them dirty, timed out or ended them (for tests, stats)
         weakref.finalize(self, _end_zygotes, self._zygotes, self._zygote_lock)  # also at exit, unclosed
         self._pool = ThreadPoolExecutor(max_workers=self.settings.workers, thread_name_prefix="code-sandbox")
+        self.cache = None  # verdicts across calls (verdict_cache.py); the start-up check never uses it
+        if self.settings.verdict_cache_mb:
+            self.cache = VerdictCache(self.settings.verdict_cache_mb * 1024 * 1024, self.settings.timeout)
         if check:
             self.check_start()
 
     # -- public API --------------------------------------------------------------------------------------------
 
     def run(self, job: CodeJob) -> CodeResult:
-        """Run one job in the calling thread."""
-        return self._run(job)
+        """Run one job in the calling thread (or look its verdict up, with the verdict cache on)."""
+        return self.run_many([job], pool=False)[0]
 
-    def run_many(self, jobs) -> list[CodeResult]:
-        """Run jobs `settings.workers` at a time; results in the order of `jobs`. Raises SandboxError only."""
-        return list(self._pool.map(self._run, list(jobs)))
+    def run_many(self, jobs, *, pool: bool = True) -> list[CodeResult]:
+        """Run jobs `settings.workers` at a time; results in the order of `jobs`. Raises SandboxError only.
+
+        With the verdict cache on (`verdict_cache_mb`), a job whose verdict is stored is not run, and identical jobs
+        of one call run once (the copies get `cached=True`); new verdicts are stored when `verdict_cache.cacheable`.
+        """
+        jobs = list(jobs)
+
+        def run(todo: list[CodeJob]) -> list[CodeResult]:
+            return list(self._pool.map(self._run, todo)) if pool else [self._run(job) for job in todo]
+
+        if self.cache is None:
+            return run(jobs) if jobs else []
+        keys = [job_key(job, self.settings) for job in jobs]
+        found = {key: self.cache.get(key) for key in dict.fromkeys(keys)}
+        todo = {key: job for key, job in zip(keys, jobs) if found[key] is None}
+        fresh = dict(zip(todo, run(list(todo.values())))) if todo else {}
+        for key, result in fresh.items():
+            self.cache.put(key, result)
+        out, seen = [], set()
+        for key in keys:
+            if key in fresh and key not in seen:
+                seen.add(key)
+                out.append(fresh[key])
+            else:  # a stored verdict, or a copy of a job this call ran
+                out.append(found[key] or dataclasses.replace(fresh[key], cached=True))
+        return out
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

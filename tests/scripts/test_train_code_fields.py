@@ -15,7 +15,9 @@ def test_code_fields_build_the_sandbox_settings(load_script):
                                       code_memory_mb=512)  # fmt: skip
     settings = args.sandbox_settings()
     assert (settings.backend, settings.timeout, settings.num_workers, settings.memory_mb) == ("bwrap", 2.5, 3, 512)
-    assert settings.run_mode == "zygote"
+    assert settings.run_mode == "zygote" and settings.verdict_cache_mb == 64  # the verdict cache is on in training
+    off = train.TrainScriptArguments(task="kodcode", prompt_style="official", code_verdict_cache_mb=0)
+    assert off.sandbox_settings().verdict_cache_mb == 0
     per_program = train.TrainScriptArguments(task="kodcode", prompt_style="official", code_sandbox_mode="per_program")
     assert per_program.sandbox_settings().run_mode == "per_program"
     assert args.anti_short_boxed is False
@@ -36,6 +38,8 @@ def test_code_fields_build_the_sandbox_settings(load_script):
         ({"task": "gsm8k", "code_sandbox_mode": "per_program"}, "code_sandbox_mode: set to 'per_program', but it applies to the code tasks"),
         ({"task": "humaneval", "prompt_style": "official", "code_reward": "fraction"}, "code_reward: 'fraction' exists for kodcode, mbpp"),
         ({"task": "kodcode", "prompt_style": "official", "code_reward": "partial"}, "code_reward: expected 'official' or 'fraction'"),
+        ({"task": "kodcode", "prompt_style": "official", "code_verdict_cache_mb": -1}, "code_verdict_cache_mb: expected an integer >= 0"),
+        ({"task": "gsm8k", "code_verdict_cache_mb": 0}, "code_verdict_cache_mb: set to 0, but it applies to the code tasks"),
         ({"task": "kodcode"}, "prompt_style: task 'kodcode' has the styles official only; set prompt_style: official"),
     ],
 )  # fmt: skip
