@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from safetensors.torch import load_file
 
     import stabledrl_trl  # noqa: F401  (registers Dream)
-    from stabledrl_trl.diffusion import dream_sampler, sampler
+    from stabledrl_trl.diffusion import dream_sampler, llada_sampler
     from stabledrl_trl.diffusion.family import as_diffusion_lm
 
     ref = load_file(os.path.join(fixture, "reference.safetensors"))
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 dream = dream_sampler.generate(
                     adapter, prompt, mask_token_id=mask, gen_length=gen, steps=s["steps"], alg=s["alg"], eps=s["eps"]
                 ).completion_ids[0]
-                llada = sampler.generate(
+                llada = llada_sampler.generate(
                     adapter, prompt, mask_token_id=mask, gen_length=gen, block_length=gen, steps=s["steps"]
                 ).completion_ids[0]
                 row = {"setting": name, "prompt": b, "dream": int((dream == expected).sum()),
