@@ -450,38 +450,44 @@ FRACTION_REWARDS = {"kodcode": kodcode_fraction_reward, "mbpp": mbpp_fraction_re
 
 def _register() -> None:
     """Add "kodcode", "humaneval" and "mbpp" to the task registry."""
-    from . import TASKS, TaskSpec
+    from . import TaskSpec, register_task
 
     common = dict(system_prompt="", styles=("official",), official_anti_short_boxed=False)
-    TASKS["kodcode"] = TaskSpec(
-        name="kodcode",
-        loader=load_kodcode,
-        reward_funcs=(kodcode_reward,),
-        extract_answer=extract_last_code_block,
-        format_example=lambda row, system_prompt="": format_kodcode(row),
-        description="Python functions checked by unit tests in the sandbox (KodCode-Light-RL-10K); +1 / -1",
-        official_reward=kodcode_reward,
-        **common,
+    register_task(
+        TaskSpec(
+            name="kodcode",
+            loader=load_kodcode,
+            reward_funcs=(kodcode_reward,),
+            extract_answer=extract_last_code_block,
+            format_example=lambda row, system_prompt="": format_kodcode(row),
+            description="Python functions checked by unit tests in the sandbox (KodCode-Light-RL-10K); +1 / -1",
+            official_reward=kodcode_reward,
+            **common,
+        )
     )
-    TASKS["humaneval"] = TaskSpec(
-        name="humaneval",
-        loader=load_humaneval,
-        reward_funcs=(humaneval_reward,),
-        extract_answer=extract_first_python_block,
-        format_example=lambda row, system_prompt="": format_humaneval(row),
-        description="HumanEval (164 problems, official prompt and harness semantics, run in the sandbox), pass@1",
-        official_reward=humaneval_reward,
-        **common,
+    register_task(
+        TaskSpec(
+            name="humaneval",
+            loader=load_humaneval,
+            reward_funcs=(humaneval_reward,),
+            extract_answer=extract_first_python_block,
+            format_example=lambda row, system_prompt="": format_humaneval(row),
+            description="HumanEval (164 problems, official prompt and harness semantics, run in the sandbox), pass@1",
+            official_reward=humaneval_reward,
+            **common,
+        )
     )
-    TASKS["mbpp"] = TaskSpec(
-        name="mbpp",
-        loader=load_mbpp,
-        reward_funcs=(mbpp_reward,),
-        extract_answer=extract_first_python_block,
-        format_example=lambda row, system_prompt="": format_mbpp(row),
-        description="MBPP test set (500 problems, official prompt and harness semantics, run in the sandbox), pass@1",
-        official_reward=mbpp_reward,
-        **common,
+    register_task(
+        TaskSpec(
+            name="mbpp",
+            loader=load_mbpp,
+            reward_funcs=(mbpp_reward,),
+            extract_answer=extract_first_python_block,
+            format_example=lambda row, system_prompt="": format_mbpp(row),
+            description="MBPP test set (500 problems, official prompt and harness semantics, run in the sandbox), pass@1",
+            official_reward=mbpp_reward,
+            **common,
+        )
     )
 
 

@@ -90,16 +90,18 @@ def load_tiny_code(split="train", *, path=None, data_files=None, num_samples=Non
 
 
 def _register() -> None:
-    from . import TASKS, TaskSpec
+    from . import TaskSpec, register_task
 
-    TASKS["tiny_code"] = TaskSpec(
-        name="tiny_code",
-        loader=load_tiny_code,
-        reward_funcs=(tiny_code_reward,),
-        system_prompt="",
-        extract_answer=lambda text: text.strip() or None,
-        format_example=format_example,
-        description="write x OP K from two examples; graded by ten asserts in the code sandbox (generated)",
+    register_task(
+        TaskSpec(
+            name="tiny_code",
+            loader=load_tiny_code,
+            reward_funcs=(tiny_code_reward,),
+            system_prompt="",
+            extract_answer=lambda text: text.strip() or None,
+            format_example=format_example,
+            description="write x OP K from two examples; graded by ten asserts in the code sandbox (generated)",
+        )
     )
 
 
