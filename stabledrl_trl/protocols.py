@@ -588,7 +588,16 @@ def load_protocol_rows(protocol: Protocol, data_file: str | None = None) -> tupl
     else:
         from datasets import load_dataset
 
-        rows = [dict(r) for r in load_dataset(data.path, data.config, split=data.split, revision=data.revision)]
+        try:
+            dataset = load_dataset(data.path, data.config, split=data.split, revision=data.revision)
+        except (ConnectionError, OSError) as error:  # no network / hub: say how to evaluate from a local copy
+            raise ValueError(
+                f"protocol {protocol.name!r}, task {protocol.task!r}: the data set {data.path!r} (config "
+                f"{data.config!r}, split {data.split!r}) could not be loaded from the hub ({error}). On a machine "
+                "without the hub, download it elsewhere and pass the local copy with --data_files (a different file "
+                "is recorded as a deviation on the card)."
+            ) from error
+        rows = [dict(r) for r in dataset]
     indices = select_indices(len(rows), data, rows)
     selected = [rows[i] for i in indices]
     record.update(

@@ -469,3 +469,17 @@ def test_sampling_override_scores_several_seeds(tiny_llada, tokenizer, tmp_path,
     assert len(three["score"]["per_seed"]) == 3  # default: 3 draws when sampling
     with pytest.raises(ValueError, match="decodes greedily"):
         evaluate.main(argv=argv[:-4] + ["--draws", "2"])
+
+
+def test_hub_data_unreachable_names_the_local_copy_flag(monkeypatch):
+    """Without the hub, a preset's hub data set fails with the fix (--data_files), not a bare ConnectionError."""
+    import datasets
+
+    from stabledrl_trl.protocols import get_protocol, load_protocol_rows
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(ValueError, match=r"'openai/gsm8k'.*could not be loaded from the hub.*--data_files"):
+        load_protocol_rows(get_protocol("stabledrl", "gsm8k"))
