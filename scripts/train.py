@@ -90,7 +90,10 @@ class TrainScriptArguments:
         },
     )
     sft_learning_rate: float = field(default=1e-3, metadata={"help": "SFT warm-up learning rate (tiny_model only)."})
-    sft_num_samples: int | None = field(default=5000, metadata={"help": "SFT warm-up examples (tiny_model only)."})
+    sft_num_samples: int | None = field(
+        default=5000,
+        metadata={"help": "SFT warm-up examples (tiny_model only); null: every row of the task's train split."},
+    )
     evaluate_before_after: bool = field(
         default=False, metadata={"help": "Print held-out accuracy before and after RL (same sampler settings)."}
     )
@@ -325,7 +328,7 @@ def check_script_args(script_args) -> None:
     from stabledrl_trl.stabledrl_config import check_field_types
     from stabledrl_trl.validation import check_config_values, check_float, check_num_threads
 
-    check_field_types(script_args)
+    check_field_types(script_args, none_allowed=("sft_num_samples",))  # None: the whole train split
     check_config_values(script_args, typing.get_type_hints(type(script_args)))
     check_num_threads(script_args.num_threads)
     if script_args.sft_max_steps < 0:

@@ -195,11 +195,12 @@ def check_config_values(config, hints: dict) -> None:
 NONE_ALLOWED = ("max_completion_length",)  # no limit: transformers' generation config decides (autoregressive only)
 
 
-def check_field_types(config, hints: dict | None = None) -> None:
+def check_field_types(config, hints: dict | None = None, none_allowed: tuple[str, ...] = ()) -> None:
     """Integer fields must hold integers (YAML gives `8.0`, `[8]` or `null` unchanged); floats accept integers.
 
     None is accepted only where the field's default is None (there it has a documented meaning) or the field is in
-    NONE_ALLOWED. `hints` maps field names to their resolved annotations (None: read from the config's class).
+    NONE_ALLOWED or `none_allowed` (the caller's fields whose None is documented in their help). `hints` maps field
+    names to their resolved annotations (None: read from the config's class).
     """
     if hints is None:
         hints = typing.get_type_hints(type(config))
@@ -213,7 +214,7 @@ def check_field_types(config, hints: dict | None = None) -> None:
         if kinds not in ({int}, {float}):
             continue
         if value is None:
-            if type(None) in args and (f.default is None or f.name in NONE_ALLOWED):
+            if type(None) in args and (f.default is None or f.name in NONE_ALLOWED or f.name in none_allowed):
                 continue
             raise TypeError(
                 f"{f.name}=None: this field needs {'an integer' if kinds == {int} else 'a number'}; remove the line "

@@ -481,7 +481,12 @@ def prepare_sft_model(
 
     os.makedirs(cache_dir, exist_ok=True)
     tokenizer = build_tiny_tokenizer()
-    dataset = load_task_dataset(task, "train", num_samples=num_samples, seed=seed)
+    try:
+        dataset = load_task_dataset(task, "train", num_samples=num_samples, seed=seed)
+    except ValueError as error:  # name the warm-up's own setting (sft_num_samples in a training config)
+        if num_samples is None or not str(error).startswith("num_samples:"):
+            raise
+        raise ValueError(f"SFT warm-up (sft_num_samples={num_samples}): {error} (null in a YAML config)") from None
     if architecture == "diffusion_gemma":  # no mask token: TRL's uniform-noise SFT loss instead of masked SFT
         from .uniform_sft import build_tiny_gemma_model
         from .uniform_sft import run_uniform_sft as train_warm_up

@@ -259,11 +259,17 @@ def test_sft_max_steps_zero_skips_the_warm_up_and_negative_is_refused(tmp_path, 
     assert saved.keys() == fresh.keys() and all(torch.equal(saved[k], fresh[k]) for k in saved)  # untrained
     with pytest.raises(ValueError, match="sft_max_steps=-1 must be an integer >= 0"):
         prepare_sft_model(str(tmp_path / "cache"), max_steps=-1)
+    with pytest.raises(ValueError, match=r"^SFT warm-up \(sft_num_samples=5000\): num_samples: asked for 5000 rows "
+                       r"but the split has only 1944.*null in a YAML config"):  # fmt: skip
+        prepare_sft_model(str(tmp_path / "cache"), "tiny_code", num_samples=5000, max_steps=1)
     train = load_script("train")
     with pytest.raises(ValueError, match="sft_max_steps=-1 must be >= 0"):
         train.check_script_args(train.TrainScriptArguments(sft_max_steps=-1))
     with pytest.raises(TypeError, match="tiny_model='yes' \\(str\\) must be True or False"):
         train.check_script_args(train.TrainScriptArguments(tiny_model="yes"))
+    train.check_script_args(train.TrainScriptArguments(sft_num_samples=None))  # null: every train row (its help)
+    with pytest.raises(TypeError, match="sft_max_steps=None: this field needs an integer"):
+        train.check_script_args(train.TrainScriptArguments(sft_max_steps=None))
 
 
 # --------------------------------------------------------------------------- non-finite weights after a step
