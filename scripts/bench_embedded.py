@@ -5,6 +5,7 @@
     python scripts/bench_embedded.py --quick --docs-dir /tmp/embedded      # a few steps: a smoke test
     python scripts/bench_embedded.py --configs tiny_gemma --write-readme   # DiffusionGemma: docs/diffusion_gemma.md
     python scripts/bench_embedded.py --configs tiny_code --write-readme    # the code task (bwrap): docs/code.md
+    python scripts/bench_embedded.py --configs tiny_code_sort --seeds 0 1 2 3 4 --write-readme   # docs/code.md
 
 Each (config, seed) runs scripts/train.py's pipeline in this process (`train.main`: SFT warm-up seeded with the seed
 and cached, RL with the config's settings and seed), with held-out accuracy measured before and after RL as the mean
@@ -30,9 +31,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from stabledrl_trl import results  # noqa: E402
 from stabledrl_trl.cli_checks import parse_checked  # noqa: E402
 
-CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe", "tiny_gemma", "tiny_code")
-# Configs whose block ends with a conclusion rendered from the numbers (docs/code.md states tiny_code's there).
-CONCLUDED = ("tiny_code",)
+CONFIGS = ("tiny", "tiny_noisy", "tiny_block", "tiny_moe", "tiny_gemma", "tiny_code", "tiny_code_sort")
+# Configs whose block ends with a conclusion rendered from the numbers (docs/code.md states the code tasks' there).
+CONCLUDED = ("tiny_code", "tiny_code_sort")
 SIGNIFICANCE = 0.05
 DEFAULT_CONFIGS = ("tiny", "tiny_noisy", "tiny_block")
 CONFIG_DIR = os.path.join(results.REPO_ROOT, "configs")

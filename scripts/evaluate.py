@@ -508,9 +508,9 @@ def main(args: EvaluateArguments | None = None, argv=None) -> dict:
         seed=args.dataset_seed,
         prompt_style=style,
     )
-    from stabledrl_trl.tasks.code import CODE_TASKS, configure_code_sandbox
+    from stabledrl_trl.tasks.code import configure_code_sandbox
 
-    if task.name in CODE_TASKS:  # the code sandbox (default settings) must start before the model loads
+    if task.runs_code:  # the code sandbox (default settings) must start before the model loads
         print(f"code rewards: {configure_code_sandbox().description}", flush=True)
     model, tokenizer, is_adapter = load_model(args)
     result = evaluate_model(

@@ -214,16 +214,17 @@ class TrainScriptArguments:
                                verdict_cache_mb=self.code_verdict_cache_mb)  # fmt: skip
 
     def _check_code_fields(self, task) -> None:
-        from stabledrl_trl.tasks.code import CODE_TASKS, FRACTION_REWARDS
+        from stabledrl_trl.tasks import code_task_names
+        from stabledrl_trl.tasks.code import FRACTION_REWARDS
 
         defaults = {"code_sandbox": "bwrap", "code_sandbox_mode": None, "code_workers": None, "code_timeout": 3.0,
                     "code_memory_mb": 1024, "code_reward": "official", "code_verdict_cache_mb": 64}  # fmt: skip
-        if task.name not in CODE_TASKS:
+        if not task.runs_code:
             for name, default in defaults.items():
                 if getattr(self, name) != default:
                     raise ValueError(
                         f"{name}: set to {getattr(self, name)!r}, but it applies to the code tasks "
-                        f"({', '.join(CODE_TASKS)}) only and task is {task.name!r}; remove {name}"
+                        f"({', '.join(code_task_names())}) only and task is {task.name!r}; remove {name}"
                     )
             return
         try:
@@ -382,9 +383,9 @@ UNSAFE_CARD_WARNING = (
 
 def _start_code_sandbox(script_args, task):
     """For a code task: start the sandbox and run its start-up check now (SandboxError says why and what to do)."""
-    from stabledrl_trl.tasks.code import CODE_TASKS, configure_code_sandbox
+    from stabledrl_trl.tasks.code import configure_code_sandbox
 
-    if task.name not in CODE_TASKS:
+    if not task.runs_code:
         return None
     box = configure_code_sandbox(script_args.sandbox_settings())
     print(f"code rewards: {box.description}", flush=True)

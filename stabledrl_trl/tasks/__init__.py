@@ -53,6 +53,7 @@ class TaskSpec:
     official_full_score: float = 1.0  # official score of a fully right completion (held-out accuracy counts these)
     styles: tuple[str, ...] | None = None  # the prompt styles it has when not the default rule (code: official only)
     official_anti_short_boxed: bool = True  # the official code adds the anti-short-boxed term (not to code rewards)
+    runs_code: bool = False  # its rewards run model output as programs (the code sandbox starts before the model)
 
     @property
     def correctness_reward(self) -> Callable:
@@ -140,6 +141,11 @@ def get_task(name: str) -> TaskSpec:
     return TASKS[key]
 
 
+def code_task_names() -> tuple[str, ...]:
+    """The registered tasks whose rewards run programs in the code sandbox (`TaskSpec.runs_code`), sorted."""
+    return tuple(sorted(name for name, spec in TASKS.items() if spec.runs_code))
+
+
 def register_task(spec: TaskSpec, *, replace: bool = False) -> TaskSpec:
     """Add `spec` to `TASKS` under its name, where `get_task` and the scripts find it; a task module calls this when
     imported. The name must be lower-case without surrounding spaces (how `get_task` looks names up); a taken name
@@ -213,5 +219,5 @@ __all__ = [
     "register_task",
 ]
 # Each registers its tasks: "digit_sort" and "digit_sort_long" (generated; 32-64 scored tokens); "kodcode",
-# "humaneval", "mbpp" and the generated "tiny_code", graded in the code sandbox.
-from . import code, digit_sort, digit_sort_long, tiny_code  # noqa: E402, F401
+# "humaneval", "mbpp" and the generated "tiny_code" and "code_sort", graded in the code sandbox.
+from . import code, code_sort, digit_sort, digit_sort_long, tiny_code  # noqa: E402, F401

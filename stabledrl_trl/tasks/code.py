@@ -444,7 +444,6 @@ def load_mbpp(split="test", *, path=None, data_files=None, num_samples=None, sys
     return _finish(rows, format_mbpp, num_samples, seed)
 
 
-CODE_TASKS = ("kodcode", "humaneval", "mbpp", "tiny_code")  # the tasks whose rewards run programs
 FRACTION_REWARDS = {"kodcode": kodcode_fraction_reward, "mbpp": mbpp_fraction_reward}
 
 
@@ -452,7 +451,7 @@ def _register() -> None:
     """Add "kodcode", "humaneval" and "mbpp" to the task registry."""
     from . import TaskSpec, register_task
 
-    common = dict(system_prompt="", styles=("official",), official_anti_short_boxed=False)
+    common = dict(system_prompt="", styles=("official",), official_anti_short_boxed=False, runs_code=True)
     register_task(
         TaskSpec(
             name="kodcode",

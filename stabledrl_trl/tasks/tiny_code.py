@@ -101,6 +101,7 @@ def _register() -> None:
             extract_answer=lambda text: text.strip() or None,
             format_example=format_example,
             description="write x OP K from two examples; graded by ten asserts in the code sandbox (generated)",
+            runs_code=True,
         )
     )
 
