@@ -1,4 +1,4 @@
-"""scripts/bench_embedded.py: the conclusion sentence rendered under tiny_code's block, from the numbers alone."""
+"""scripts/bench_embedded.py: the conclusion sentence rendered under the code tasks' blocks, from the numbers alone."""
 
 from __future__ import annotations
 
@@ -25,4 +25,4 @@ def test_conclusion_follows_the_t_test(load_script):
     assert text.startswith("RL lowered the held-out pass rate: the pass rate rose in 0 of 3 seeds")
     one = bench.conclusion(_summary([0.2]))
     assert one == "With one seed there is no test of the gain: the pass rate rose in 1 of 1 seeds."
-    assert "tiny_code" in bench.CONFIGS and bench.CONCLUDED == ("tiny_code",)
+    assert {"tiny_code", "tiny_code_sort"} <= set(bench.CONFIGS) and bench.CONCLUDED == ("tiny_code", "tiny_code_sort")

@@ -40,6 +40,7 @@ COLUMNS = {
                   "entry_point": "add"},  # fmt: skip
     "mbpp": {"test_list": ["assert add(1, 2) == 3"]},
     "tiny_code": {"function": "x+4"},
+    "code_sort": {"digits": "4131"},
 }
 REWARDS = [
     (name, func)
