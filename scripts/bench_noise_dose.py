@@ -38,14 +38,24 @@ Cost: a 300-step run takes about 2 minutes on a free CPU core; the full grid (3 
 5 objectives x 5 seeds = 600 runs of `--max-steps`, default 1500) is days of one core. Run it on a machine with
 cores to spare (`--cells` picks a subset, e.g. `--cells 2:1.0:5e-5`). `--pilot` runs a labelled pilot (1 seed, 2
 objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion. `--preset NAME` runs a named
-partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 1 / 2, GRPO and StableDRL, 5 seeds, 120 steps),
+partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 0.5 / 1 / 2, GRPO and StableDRL, 5 seeds, 120 steps),
 whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
+
+Resuming and splitting: every finished run is kept in its folder under `--runs-dir` (`noise_dose_run.json`, with
+the settings it depends on) and reused by a later invocation with the same settings (the runs are deterministic).
+So an interrupted study resumes, and a study can be split between processes by cells, each writing to a scratch
+`--output-dir`, then written in full by one last invocation over the same `--runs-dir`:
+
+    python scripts/bench_noise_dose.py --preset k2-added-noise --cells 2:0:5e-5 2:2:5e-5 --output-dir /tmp/a &
+    python scripts/bench_noise_dose.py --preset k2-added-noise --cells 2:0.5:5e-5 2:1:5e-5 --output-dir /tmp/b
+    python scripts/bench_noise_dose.py --preset k2-added-noise      # reuses the 40 runs, writes docs/
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -67,9 +77,9 @@ PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seed
              eval_samples=128, eval_draws=2, objectives=["grpo_seq", "stable_drl"])  # fmt: skip
 # Named partial grids: a slice of the full grid run in full (5 seeds), labelled as that slice with the cells it leaves
 # out. "k2-added-noise": the grid's most informative slice on one CPU core (K = 2, the study's setting, with the
-# added noise 0 / 1 / 2 as the dose; GRPO against StableDRL; one learning rate).
+# added noise 0 / 0.5 / 1 / 2 as the dose; GRPO against StableDRL; one learning rate).
 PRESETS = {
-    "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
+    "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
                            max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
                            objectives=["grpo_seq", "stable_drl"]),
 }  # fmt: skip
@@ -199,6 +209,36 @@ def breaking_point(cells: list[dict]) -> dict:
 # --- running ------------------------------------------------------------------------------------------------------
 
 
+RUN_FILE = "noise_dose_run.json"
+
+
+def run_key(study: dict, objective: dict, seed: int, args) -> dict:
+    """Everything a run's result depends on: a run finished in `--runs-dir` is reused only under the same key."""
+    return {"study": study, "objective": objective, "seed": seed, "max_steps": args.max_steps,
+            "eval_every": args.eval_every, "eval_samples": args.eval_samples, "eval_draws": args.eval_draws,
+            "sft": load_study().SFT}  # fmt: skip
+
+
+def read_cached_run(cell_dir: str, name: str, seed: int, key: dict):
+    """(summary, before) of a finished run written by `write_cached_run` under the same key, else None."""
+    path = os.path.join(cell_dir, f"{name}-seed{seed}", RUN_FILE)
+    if not os.path.isfile(path):
+        return None
+    data = results.read_json(path)
+    if data.get("key") != json.loads(json.dumps(key)):
+        return None
+    return data["summary"], data["before"]
+
+
+def write_cached_run(cell_dir: str, name: str, seed: int, key: dict, summary: dict, before: dict):
+    """Keep a finished run in its folder (so an interrupted or split study resumes: the runs are deterministic)
+    and return (summary, before) as read back, so a fresh run and a reused one give the same objects."""
+    path = os.path.join(cell_dir, f"{name}-seed{seed}", RUN_FILE)
+    results.write_json(path, {"key": key, "summary": summary, "before": before})
+    data = results.read_json(path)
+    return data["summary"], data["before"]
+
+
 def run(args, argv) -> dict:
     import torch
 
@@ -230,8 +270,15 @@ def run(args, argv) -> dict:
         records = []
         for name in args.objectives:
             for seed in args.seeds:
-                r, before = bench.train_one(name, table[name], seed, model_path, cell_args, train_dataset,
-                                            test_dataset, before)  # fmt: skip
+                key = run_key(study, table[name], seed, args)
+                cached = read_cached_run(cell_args.runs_dir, name, seed, key)
+                if cached is None:
+                    r, before = bench.train_one(name, table[name], seed, model_path, cell_args, train_dataset,
+                                                test_dataset, before)  # fmt: skip
+                    r, before = write_cached_run(cell_args.runs_dir, name, seed, key, r, before)
+                else:
+                    r, before = cached
+                    print(f"K={k} noise={added:g} lr={lr:g} {name} seed {seed}: from {cell_args.runs_dir}", flush=True)
                 records.append(run_record(r, args.collapse_margin, args.collapse_evals))
                 print(f"K={k} noise={added:g} lr={lr:g} {name} seed {seed}: final {r['accuracy_after']:.3f} best "
                       f"{r['accuracy_best']:.3f} ({r['seconds']} s)", flush=True)  # fmt: skip

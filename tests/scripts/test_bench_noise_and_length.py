@@ -126,7 +126,8 @@ def test_noise_dose_arguments(load_script):
     pilot = bench.parse_args(["--pilot"])
     assert pilot.objectives == ["grpo_seq", "stable_drl"] and len(pilot.cells) == 2 and pilot.max_steps == 60
     preset = bench.parse_args(["--preset", "k2-added-noise"])
-    assert preset.cells == [(2, 0.0, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5)] and preset.seeds == [0, 1, 2, 3, 4]
+    assert preset.cells == [(2, 0.0, 5e-5), (2, 0.5, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5)]
+    assert preset.seeds == [0, 1, 2, 3, 4]
     assert preset.objectives == ["grpo_seq", "stable_drl"] and not preset.pilot
     with pytest.raises(SystemExit, match="give one of them"):
         bench.parse_args(["--preset", "k2-added-noise", "--pilot"])
@@ -134,6 +135,29 @@ def test_noise_dose_arguments(load_script):
         bench.parse_args(["--cells", "2:1.0"])
     with pytest.raises(SystemExit, match="include grpo_seq"):
         bench.parse_args(["--objectives", "stable_drl"])
+
+
+def test_noise_dose_runs_are_kept_and_reused_only_under_the_same_settings(load_script, tmp_path):
+    bench = load_script("bench_noise_dose")
+    args = bench.parse_args(["--preset", "k2-added-noise"])
+    study = {"mc_samples": 2, "learning_rate": 5e-5, "test_log_ratio_noise_std": 0.5}
+    key = bench.run_key(study, {"loss_type": "stable_drl"}, 3, args)
+    cell = str(tmp_path / "k2-noise0.5-lr5e-05")
+    assert bench.read_cached_run(cell, "stable_drl", 3, key) is None  # nothing kept yet
+    summary = {"objective": "stable_drl", "seed": 3, "accuracies": {0: 0.25, 20: 0.5}, "grad_norm": [1.0, float("nan")]}
+    before = {"mean": 0.25, "draws": [0.25, 0.25]}
+    written = bench.write_cached_run(cell, "stable_drl", 3, key, summary, before)
+    assert written[0]["accuracies"] == {"0": 0.25, "20": 0.5} and written[1] == before  # as read back
+    reused = bench.read_cached_run(cell, "stable_drl", 3, key)
+    assert reused[0]["accuracies"] == written[0]["accuracies"] and reused[0]["grad_norm"][1] != reused[0]["grad_norm"][1]
+    assert bench.run_record(reused[0] | {"accuracy_best": 0.5, "accuracy_after": 0.5, "accuracy_before": 0.25},
+                            0.02, 3)["auc"] == pytest.approx(0.375)  # fmt: skip
+    # Any setting the run depends on changes the key: the kept run is not reused.
+    assert bench.read_cached_run(cell, "stable_drl", 4, key) is None  # another seed's folder
+    for changed in (bench.run_key({**study, "learning_rate": 1e-4}, {"loss_type": "stable_drl"}, 3, args),
+                    bench.run_key(study, {"loss_type": "stable_drl"}, 3, bench.parse_args(["--max-steps", "60"])),
+                    bench.run_key(study, {"loss_type": "grpo"}, 3, args)):  # fmt: skip
+        assert bench.read_cached_run(cell, "stable_drl", 3, changed) is None
 
 
 @pytest.mark.parametrize("script", ["bench_length_noise", "bench_noise_dose"])
@@ -193,10 +217,9 @@ def test_noise_dose_partial_grid_names_what_it_leaves_out(load_script):
     bench = load_script("bench_noise_dose")
     args = bench.parse_args(["--preset", "k2-added-noise"])
     grid = bench.grid_record(args)
-    # the full grid: K 8, 2, 1 x noise 0, 0.5, 1, 2 x lr 5e-5, 1.5e-4 = 24 cells, 5 objectives; the preset runs 3 cells
-    assert bench.not_run(grid) == ["K 8, 1", "added noise 0.5", "lr 0.00015",
-                                   "objectives stable_drl_no_clip, dgpo, diffu_grpo",
-                                   "21 of the full grid's 24 (K, noise, lr) cells in all"]  # fmt: skip
+    # the full grid: K 8, 2, 1 x noise 0, 0.5, 1, 2 x lr 5e-5, 1.5e-4 = 24 cells, 5 objectives; the preset runs 4 cells
+    assert bench.not_run(grid) == ["K 8, 1", "lr 0.00015", "objectives stable_drl_no_clip, dgpo, diffu_grpo",
+                                   "20 of the full grid's 24 (K, noise, lr) cells in all"]  # fmt: skip
     data = {"pilot": False, "preset": "k2-added-noise", "grid": grid,
             "settings": {"objectives": args.objectives, "max_steps": args.max_steps}}  # fmt: skip
     label = bench.grid_label(data)
