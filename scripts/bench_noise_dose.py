@@ -280,10 +280,10 @@ def run(args, argv) -> dict:
                     r, before = write_cached_run(cell_args.runs_dir, name, seed, key, r, before)
                 else:
                     r, before = cached
-                    print(f"K={k} noise={added:g} lr={lr:g} {name} seed {seed}: from {cell_args.runs_dir}", flush=True)
                 records.append(run_record(r, args.collapse_margin, args.collapse_evals))
+                kept = f", kept in {cell_args.runs_dir}" if cached is not None else ""
                 print(f"K={k} noise={added:g} lr={lr:g} {name} seed {seed}: final {r['accuracy_after']:.3f} best "
-                      f"{r['accuracy_best']:.3f} ({r['seconds']} s)", flush=True)  # fmt: skip
+                      f"{r['accuracy_best']:.3f} ({r['seconds']} s{kept})", flush=True)  # fmt: skip
         reference_noise = noise["objectives"].get(REFERENCE) or next(iter(noise["objectives"].values()))
         cells.append({
             "mc_samples": k, "added_noise_std": added, "learning_rate": lr,
