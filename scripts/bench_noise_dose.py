@@ -158,6 +158,7 @@ def run_record(run: dict, margin: float, evals: int) -> dict:
         "collapsed": collapsed(acc, run["grad_norm"], margin, evals),
         "param_distance": run.get("param_distance"),
         "accuracies": acc,
+        "seconds": run.get("seconds"),  # the run's training time (a kept run: when it was trained)
     }
 
 
@@ -241,6 +242,19 @@ def write_cached_run(cell_dir: str, name: str, seed: int, key: dict, summary: di
     return data["summary"], data["before"]
 
 
+def wall_time(data: dict) -> str:
+    """The invocation's wall time, and (runs kept from earlier invocations) what training every run took in all."""
+    text = f"Wall time {data['seconds'] / 60:.1f} min."
+    runs = [r for cell in data.get("cells", []) for r in cell["runs"]]
+    kept = sum(1 for r in runs if r.get("kept"))
+    if kept:
+        total = sum(r["seconds"] or 0.0 for r in runs) / 60
+        text = (f"Wall time {data['seconds'] / 60:.1f} min for the last invocation, which reused {kept} of the "
+                f"{len(runs)} runs from earlier ones over the same --runs-dir; training the {len(runs)} runs took "
+                f"{total:.1f} min in all.")  # fmt: skip
+    return text
+
+
 def run(args, argv) -> dict:
     import torch
 
@@ -280,7 +294,7 @@ def run(args, argv) -> dict:
                     r, before = write_cached_run(cell_args.runs_dir, name, seed, key, r, before)
                 else:
                     r, before = cached
-                records.append(run_record(r, args.collapse_margin, args.collapse_evals))
+                records.append({**run_record(r, args.collapse_margin, args.collapse_evals), "kept": cached is not None})
                 kept = f", kept in {cell_args.runs_dir}" if cached is not None else ""
                 print(f"K={k} noise={added:g} lr={lr:g} {name} seed {seed}: final {r['accuracy_after']:.3f} best "
                       f"{r['accuracy_best']:.3f} ({r['seconds']} s{kept})", flush=True)  # fmt: skip
@@ -392,7 +406,7 @@ def render(data: dict) -> str:
             ])  # fmt: skip
     text += results.markdown_table(header, rows)
     text += "\n" + "\n".join(reading(data)) + "\n"
-    text += f"\nWall time {data['seconds'] / 60:.1f} min. " + results.provenance_line(data)
+    text += f"\n{wall_time(data)} " + results.provenance_line(data)
     return text
 
 

@@ -160,6 +160,15 @@ def test_noise_dose_runs_are_kept_and_reused_only_under_the_same_settings(load_s
         assert bench.read_cached_run(cell, "stable_drl", 3, changed) is None
 
 
+def test_noise_dose_wall_time_counts_the_kept_runs(load_script):
+    bench = load_script("bench_noise_dose")
+    fresh = {"seconds": 90.0, "cells": [{"runs": [{"seconds": 40.0, "kept": False}, {"seconds": 50.0, "kept": False}]}]}
+    assert bench.wall_time(fresh) == "Wall time 1.5 min."
+    kept = {"seconds": 60.0, "cells": [{"runs": [{"seconds": 600.0, "kept": True}, {"seconds": 300.0, "kept": False}]}]}
+    assert bench.wall_time(kept) == ("Wall time 1.0 min for the last invocation, which reused 1 of the 2 runs from "
+                                     "earlier ones over the same --runs-dir; training the 2 runs took 15.0 min in all.")
+
+
 @pytest.mark.parametrize("script", ["bench_length_noise", "bench_noise_dose"])
 def test_docs_pages_equal_the_rendering_of_their_committed_json(load_script, script):
     from pathlib import Path
