@@ -172,23 +172,39 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
                     f"(pure-noise sds {sds}), so it gives no noise threshold for choosing StableDRL."
                 ), [dose]))  # fmt: skip
                 continue
-            cell = next(c for c in cells if c["noise_sd"] == sd)
-            o = cell["summary"]["objectives"]
-            below = [c for c in cells if c["noise_sd"] < sd]
+            cells = sorted(cells, key=lambda c: c["noise_sd"])
+            seeds = cells[0]["summary"]["objectives"][REFERENCE]["seeds"]
+
+            def count(c, name):
+                return c["summary"]["objectives"][name]["collapsed"]
+
+            # GRPO's break: the lowest level where it collapsed in most seeds (the breaking point is one such level)
+            broken = [c for c in cells if count(c, REFERENCE) * 2 > seeds]
+            held = [c for c in cells if c["noise_sd"] < broken[0]["noise_sd"]]
+            sds = ", ".join(f"{c['noise_sd']:.3f}" for c in broken)
             safe = (
-                f"; below it (sd {', '.join(format(c['noise_sd'], '.3f') for c in below)}) GRPO collapsed in "
-                f"{', '.join(str(c['summary']['objectives'][REFERENCE]['collapsed']) for c in below)} of "
-                f"{o[REFERENCE]['seeds']} runs, so the level where it starts to break lies between "
-                f"{max(c['noise_sd'] for c in below):.3f} and {sd:.3f}, where no level was run"
-                if below
+                f"; at sd {held[-1]['noise_sd']:.3f} GRPO collapsed in {count(held[-1], REFERENCE)} of {seeds}, so "
+                f"the level where it starts to break lies between {held[-1]['noise_sd']:.3f} and "
+                f"{broken[0]['noise_sd']:.3f}, where no level was run"
+                if held
                 else ""
             )
             out.append(("when", (
-                f"Use StableDRL when the pure-noise log-ratio sd is as large as {sd:.3f} (lr {lr}): there GRPO "
-                f"collapsed in "
-                f"{o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} runs and StableDRL in "
-                f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']}{safe}."
+                f"Use StableDRL when the pure-noise log-ratio sd is {broken[0]['noise_sd']:.3f} or more (lr {lr}): at "
+                f"sd {sds} GRPO collapsed in {', '.join(str(count(c, REFERENCE)) for c in broken)} of {seeds} runs "
+                f"and StableDRL in {', '.join(str(count(c, 'stable_drl')) for c in broken)} of {seeds}{safe}."
             ), [dose]))  # fmt: skip
+            top = cells[-1]
+            others = [n for n in top["summary"]["objectives"] if n not in (REFERENCE, "stable_drl")]
+            if others:  # the other objectives of the study at its largest dose
+                names = {REFERENCE: "GRPO", "stable_drl": "StableDRL", "stable_drl_no_clip": "StableDRL without its "
+                         "clip", "dgpo": "DGPO", "diffu_grpo": "diffu-GRPO"}  # fmt: skip
+                counts = ", ".join(f"{names.get(n, n)} {count(top, n)} of {seeds}"
+                                   for n in top["summary"]["objectives"])  # fmt: skip
+                out.append(("when", (
+                    f"At the largest dose run (sd {top['noise_sd']:.3f}, lr {lr}, {seeds} seeds) the runs that "
+                    f"collapsed: {counts}."
+                ), [dose]))  # fmt: skip
     leads = []  # (noise sd, paired test, summary) of StableDRL against GRPO in the stability studies
     for key in ("main", "coupled"):
         s = src.get(key)
