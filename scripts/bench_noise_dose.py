@@ -38,8 +38,8 @@ Cost: a 300-step run takes about 2 minutes on a free CPU core; the full grid (3 
 5 objectives x 5 seeds = 600 runs of `--max-steps`, default 1500) is days of one core. Run it on a machine with
 cores to spare (`--cells` picks a subset, e.g. `--cells 2:1.0:5e-5`). `--pilot` runs a labelled pilot (1 seed, 2
 objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion. `--preset NAME` runs a named
-partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 0.5 / 1 / 2, GRPO, StableDRL with and without
-its clip and DGPO, 5 seeds, 120 steps),
+partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 0.5 / 1 / 2, every objective, 5 seeds, 120
+steps),
 whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 
 Resuming and splitting: every finished run is kept in its folder under `--runs-dir` (`noise_dose_run.json`, with
@@ -49,7 +49,7 @@ So an interrupted study resumes, and a study can be split between processes by c
 
     python scripts/bench_noise_dose.py --preset k2-added-noise --cells 2:0:5e-5 2:2:5e-5 --output-dir /tmp/a &
     python scripts/bench_noise_dose.py --preset k2-added-noise --cells 2:0.5:5e-5 2:1:5e-5 --output-dir /tmp/b
-    python scripts/bench_noise_dose.py --preset k2-added-noise      # reuses the 80 runs, writes docs/
+    python scripts/bench_noise_dose.py --preset k2-added-noise      # reuses the 100 runs, writes docs/
 """
 
 from __future__ import annotations
@@ -78,12 +78,11 @@ PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seed
              eval_samples=128, eval_draws=2, objectives=["grpo_seq", "stable_drl"])  # fmt: skip
 # Named partial grids: a slice of the full grid run in full (5 seeds), labelled as that slice with the cells it leaves
 # out. "k2-added-noise": the grid's most informative slice on one CPU core (K = 2, the study's setting, with the
-# added noise 0 / 0.5 / 1 / 2 as the dose; GRPO against StableDRL, StableDRL without its clip and DGPO; one learning
-# rate).
+# added noise 0 / 0.5 / 1 / 2 as the dose; every objective; one learning rate).
 PRESETS = {
     "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
                            max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
-                           objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo"]),
+                           objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo"]),
 }  # fmt: skip
 GRID_KEYS = ("mc_samples", "added_noise", "learning_rates")
 

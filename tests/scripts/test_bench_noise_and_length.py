@@ -128,7 +128,7 @@ def test_noise_dose_arguments(load_script):
     preset = bench.parse_args(["--preset", "k2-added-noise"])
     assert preset.cells == [(2, 0.0, 5e-5), (2, 0.5, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5)]
     assert preset.seeds == [0, 1, 2, 3, 4]
-    assert preset.objectives == ["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo"] and not preset.pilot
+    assert preset.objectives == list(bench.OBJECTIVES) and not preset.pilot
     with pytest.raises(SystemExit, match="give one of them"):
         bench.parse_args(["--preset", "k2-added-noise", "--pilot"])
     with pytest.raises(SystemExit, match="K:NOISE:LR"):
@@ -227,7 +227,7 @@ def test_noise_dose_partial_grid_names_what_it_leaves_out(load_script):
     args = bench.parse_args(["--preset", "k2-added-noise"])
     grid = bench.grid_record(args)
     # the full grid: K 8, 2, 1 x noise 0, 0.5, 1, 2 x lr 5e-5, 1.5e-4 = 24 cells, 5 objectives; the preset runs 4 cells
-    assert bench.not_run(grid) == ["K 8, 1", "lr 0.00015", "objectives diffu_grpo",
+    assert bench.not_run(grid) == ["K 8, 1", "lr 0.00015",
                                    "20 of the full grid's 24 (K, noise, lr) cells in all"]  # fmt: skip
     data = {"pilot": False, "preset": "k2-added-noise", "grid": grid,
             "settings": {"objectives": args.objectives, "max_steps": args.max_steps}}  # fmt: skip
