@@ -40,6 +40,9 @@ SOURCES = {
     "length": "bench_length_noise.json",
 }
 REFERENCE = "grpo_seq"
+# How the sentences name the study objectives.
+OBJECTIVE_NAMES = {REFERENCE: "GRPO", "stable_drl": "StableDRL", "stable_drl_no_clip": "StableDRL without its clip",
+                   "dgpo": "DGPO", "diffu_grpo": "diffu-GRPO"}  # fmt: skip
 
 
 def load(docs_dir: str) -> dict[str, dict]:
@@ -197,9 +200,7 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
             top = cells[-1]
             others = [n for n in top["summary"]["objectives"] if n not in (REFERENCE, "stable_drl")]
             if others:  # the other objectives of the study at its largest dose
-                names = {REFERENCE: "GRPO", "stable_drl": "StableDRL", "stable_drl_no_clip": "StableDRL without its "
-                         "clip", "dgpo": "DGPO", "diffu_grpo": "diffu-GRPO"}  # fmt: skip
-                counts = ", ".join(f"{names.get(n, n)} {count(top, n)} of {seeds}"
+                counts = ", ".join(f"{OBJECTIVE_NAMES.get(n, n)} {count(top, n)} of {seeds}"
                                    for n in top["summary"]["objectives"])  # fmt: skip
                 out.append(("when", (
                     f"At the largest dose run (sd {top['noise_sd']:.3f}, lr {lr}, {seeds} seeds) the runs that "

@@ -261,6 +261,14 @@ def _grade(jobs: list[CodeJob | None]) -> list:
     return [next(results) if job is not None else None for job in jobs]
 
 
+def grade_distinct(keys: list, make_job) -> list:
+    """Results per key (None for a None key): each distinct key's job, `make_job(*key)`, runs once in the shared
+    sandbox (a program's verdict on fixed tests does not depend on which row asked for it)."""
+    unique = list(dict.fromkeys(k for k in keys if k is not None))
+    verdicts = dict(zip(unique, _grade([make_job(*k) for k in unique])))
+    return [None if k is None else verdicts[k] for k in keys]
+
+
 def _make_job(builder, *args, **kwargs) -> CodeJob | None:
     """Build a job; a row whose data cannot form one (not the program's fault) gets None (TRL skips it)."""
     try:

@@ -23,7 +23,14 @@ call are run once.
 from __future__ import annotations
 
 from ..sandbox import CodeJob
-from .common import completion_to_text, format_dataset, reward_column, take_samples, user_prompt
+from .common import (
+    check_generated_task,
+    completion_to_text,
+    format_dataset,
+    reward_column,
+    take_samples,
+    user_prompt,
+)
 from .digit_sort import normalize_digits, sort_digits, split_digit_strings
 
 FUNCTION_NAME = "sorted_digits"
@@ -49,13 +56,13 @@ def code_sort_job(completion: str, digits: str) -> CodeJob:
 
 def code_sort_reward(prompts, completions, **kwargs) -> list[float | None]:
     """1.0 when `def sorted_digits(s): return <completion>` returns the sorted digits in the sandbox, else 0.0."""
-    from .code import code_sandbox
+    from .code import grade_distinct
 
     given = reward_column(kwargs, "digits", len(completions), "code_sort_reward")
-    keys = [None if d is None else (completion_to_text(c).strip(), normalize_digits(d)) for c, d in zip(completions, given)]
-    unique = list(dict.fromkeys(k for k in keys if k is not None))
-    verdicts = dict(zip(unique, code_sandbox().run_many([code_sort_job(*k) for k in unique]))) if unique else {}
-    return [None if k is None else float(verdicts[k].passed) for k in keys]
+    keys = [
+        None if d is None else (completion_to_text(c).strip(), normalize_digits(d)) for c, d in zip(completions, given)
+    ]
+    return [None if r is None else float(r.passed) for r in grade_distinct(keys, code_sort_job)]
 
 
 def load_code_sort(split="train", *, path=None, data_files=None, num_samples=None, system_prompt=None, seed=0,
@@ -63,10 +70,7 @@ def load_code_sort(split="train", *, path=None, data_files=None, num_samples=Non
     """The generated split (digit_sort's digit strings); no local files (the task is defined by its generator)."""
     from datasets import Dataset
 
-    if prompt_style != "tagged":
-        raise ValueError(f"prompt_style: code_sort has only its own prompt ('tagged'), got {prompt_style!r}")
-    if path is not None or data_files is not None:
-        raise ValueError("path / data_files: code_sort is generated; remove them")
+    check_generated_task("code_sort", path, data_files, prompt_style)
     rows = take_samples(Dataset.from_dict({"digits": split_digit_strings(split)}), num_samples, seed)
     return format_dataset(rows, format_example, system_prompt or "")
 

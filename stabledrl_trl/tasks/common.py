@@ -440,6 +440,14 @@ def _load_local(load_dataset, builder: str, data_files: dict, split: str):
     return dataset
 
 
+def check_generated_task(task: str, path, data_files, prompt_style: str) -> None:
+    """A generated task reads no files and has only its own ('tagged') prompt: refuse anything else, named."""
+    if prompt_style != "tagged":
+        raise ValueError(f"prompt_style: {task} has only its own prompt ('tagged'), got {prompt_style!r}")
+    if path is not None or data_files is not None:
+        raise ValueError(f"path / data_files: {task} is generated; remove them")
+
+
 def take_samples(dataset, num_samples: int | None, seed: int):
     """The first `num_samples` rows after a seeded shuffle (all rows, unshuffled, when `num_samples` is None)."""
     if num_samples is None:

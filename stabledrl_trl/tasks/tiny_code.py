@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 
 from ..sandbox import CodeJob
-from .common import completion_to_text, reward_column, take_samples
+from .common import check_generated_task, completion_to_text, reward_column, take_samples
 
 OPS = ("+", "-", "*")
 CONSTANTS = tuple(range(1, 10))
@@ -64,15 +64,11 @@ def tiny_code_job(completion: str, function: str) -> CodeJob:
 
 def tiny_code_reward(prompts, completions, **kwargs) -> list[float | None]:
     """1.0 when `def f(x): return <completion>` passes f(0) ... f(9) in the sandbox, else 0.0."""
-    from .code import code_sandbox
+    from .code import grade_distinct
 
     targets = reward_column(kwargs, "function", len(completions), "tiny_code_reward")
     keys = [None if t is None else (completion_to_text(c).strip(), t) for c, t in zip(completions, targets)]
-    unique = list(dict.fromkeys(k for k in keys if k is not None))
-    verdicts = (
-        dict(zip(unique, code_sandbox().run_many([tiny_code_job(text, t) for text, t in unique]))) if unique else {}
-    )
-    return [None if k is None else float(verdicts[k].passed) for k in keys]
+    return [None if r is None else float(r.passed) for r in grade_distinct(keys, tiny_code_job)]
 
 
 def load_tiny_code(split="train", *, path=None, data_files=None, num_samples=None, system_prompt=None, seed=0,
@@ -80,10 +76,7 @@ def load_tiny_code(split="train", *, path=None, data_files=None, num_samples=Non
     """The generated split (see the module docstring); no local files (the task is defined by its generator)."""
     from datasets import Dataset
 
-    if prompt_style != "tagged":
-        raise ValueError(f"prompt_style: tiny_code has only its own prompt ('tagged'), got {prompt_style!r}")
-    if path is not None or data_files is not None:
-        raise ValueError("path / data_files: tiny_code is generated; remove them")
+    check_generated_task("tiny_code", path, data_files, prompt_style)
     rows = take_samples(Dataset.from_list(split_rows(split)), num_samples, seed)
     return rows.map(format_example, fn_kwargs={"system_prompt": system_prompt or ""},
                     remove_columns=rows.column_names, desc="formatting prompts")  # fmt: skip
