@@ -2,7 +2,7 @@
 flat, with collapse defined, on the embedded digit-sorting task.
 
     python scripts/bench_noise_dose.py                                   # the full grid (many CPU hours; see below)
-    python scripts/bench_noise_dose.py --preset k2-added-noise          # the named slice in docs/noise_dose.md
+    python scripts/bench_noise_dose.py --preset dose-k-lr               # the named slice in docs/noise_dose.md
     python scripts/bench_noise_dose.py --pilot --output-dir outputs/noise_dose_pilot   # a labelled short pilot
     python scripts/bench_noise_dose.py --readme-only                     # re-render docs/noise_dose.md
 
@@ -39,7 +39,7 @@ Cost: a 300-step run takes about 2 minutes on a free CPU core; the full grid (3 
 cores to spare (`--cells` picks a subset, e.g. `--cells 2:1.0:5e-5`). `--pilot` runs a labelled pilot (1 seed, 2
 objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion. `--preset NAME` runs a named
 partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 0.5 / 1 / 2, every objective, 5 seeds, 120
-steps),
+steps; `dose-k-lr`: those cells plus K = 8 and K = 1 without added noise and lr 1.5e-4 at the added noise 0.5),
 whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 
 Resuming and splitting: every finished run is kept in its folder under `--runs-dir` (`noise_dose_run.json`, with
@@ -47,9 +47,10 @@ the settings it depends on) and reused by a later invocation with the same setti
 So an interrupted study resumes, and a study can be split between processes by cells, each writing to a scratch
 `--output-dir`, then written in full by one last invocation over the same `--runs-dir`:
 
-    python scripts/bench_noise_dose.py --preset k2-added-noise --cells 2:0:5e-5 2:2:5e-5 --output-dir /tmp/a &
-    python scripts/bench_noise_dose.py --preset k2-added-noise --cells 2:0.5:5e-5 2:1:5e-5 --output-dir /tmp/b
-    python scripts/bench_noise_dose.py --preset k2-added-noise      # reuses the 100 runs, writes docs/
+    python scripts/bench_noise_dose.py --preset dose-k-lr --cells 8:0:5e-5 2:0:5e-5 2:2:5e-5 --output-dir /tmp/a &
+    python scripts/bench_noise_dose.py --preset dose-k-lr --cells 1:0:5e-5 2:0.5:1.5e-4 2:0.5:5e-5 2:1:5e-5 \
+        --output-dir /tmp/b
+    python scripts/bench_noise_dose.py --preset dose-k-lr      # reuses the 175 runs, writes docs/
 """
 
 from __future__ import annotations
@@ -78,11 +79,17 @@ PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seed
              eval_samples=128, eval_draws=2, objectives=["grpo_seq", "stable_drl"])  # fmt: skip
 # Named partial grids: a slice of the full grid run in full (5 seeds), labelled as that slice with the cells it leaves
 # out. "k2-added-noise": the grid's most informative slice on one CPU core (K = 2, the study's setting, with the
-# added noise 0 / 0.5 / 1 / 2 as the dose; every objective; one learning rate).
+# added noise 0 / 0.5 / 1 / 2 as the dose; every objective; one learning rate). "dose-k-lr": that slice plus the
+# estimator's own dose (K = 8 and K = 1, no added noise) and the second learning rate at the added noise 0.5, the
+# lowest dose where GRPO collapsed (explicit `cells` instead of a product of the grid's axes).
 PRESETS = {
     "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
                            max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
                            objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo"]),
+    "dose-k-lr": dict(cells=[(2, 0.0, 5e-5), (2, 0.5, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5), (8, 0.0, 5e-5),
+                             (1, 0.0, 5e-5), (2, 0.5, 1.5e-4)],
+                      seeds=[0, 1, 2, 3, 4], max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
+                      objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo"]),
 }  # fmt: skip
 GRID_KEYS = ("mc_samples", "added_noise", "learning_rates")
 
@@ -367,10 +374,15 @@ def grid_label(data: dict) -> str:
     if len(missing) == 1 and list(s["objectives"]) == list(full["objectives"]) and s["max_steps"] >= full["max_steps"]:
         return "The full grid. "
     name = f" `{data['preset']}`" if data.get("preset") else ""
+    ran = grid["ran"]
+    if len(grid["cells"]) == len(ran["mc_samples"]) * len(ran["added_noise"]) * len(ran["learning_rates"]):
+        cells = (f"the cells K = {', '.join(map(str, ran['mc_samples']))} x added noise "
+                 f"{', '.join(f'{v:g}' for v in ran['added_noise'])} x lr "
+                 f"{', '.join(f'{v:g}' for v in ran['learning_rates'])}")  # fmt: skip
+    else:  # explicit cells, not a product of the axes: list them
+        cells = "the (K, added noise, lr) cells " + ", ".join(f"({k}, {a:g}, {lr:g})" for k, a, lr in grid["cells"])
     return (
-        f"PARTIAL GRID{name}: the cells K = {', '.join(map(str, grid['ran']['mc_samples']))} x added noise "
-        f"{', '.join(f'{v:g}' for v in grid['ran']['added_noise'])} x lr "
-        f"{', '.join(f'{v:g}' for v in grid['ran']['learning_rates'])}, objectives {', '.join(s['objectives'])}. "
+        f"PARTIAL GRID{name}: {cells}, objectives {', '.join(s['objectives'])}. "
         f"Not run from the full grid: {'; '.join(missing)}; and the full grid's {full['max_steps']} steps. "
     )
 
@@ -560,10 +572,13 @@ def parse_args(argv=None):
     if args.pilot and args.preset:
         raise SystemExit("--pilot and --preset both choose the grid: give one of them.")
     base = {**DEFAULTS, "objectives": list(OBJECTIVES), **(PILOT if args.pilot else PRESETS.get(args.preset, {}))}
+    preset_cells = base.pop("cells", None)
     for key, value in base.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.cells:
+    if preset_cells is not None and not args.cells:
+        args.cells = [(k, float(a), float(lr)) for k, a, lr in preset_cells]
+    elif args.cells:
         cells = []
         for item in args.cells:
             parts = item.split(":")

@@ -132,8 +132,11 @@ def dose_readings(src: dict) -> list[tuple[str, str, list[dict]]]:
         breaks = ref["collapsed"] * 2 > ref["seeds"] and sd["collapsed"] == 0
         if breaks:
             bucket = "helps"
+        dose_text = (f"With noise added to the log-ratio (K = {c['mc_samples']}, added sd {c['added_noise_std']:g}"
+                     if c["added_noise_std"] else
+                     f"With the estimator's own noise only (K = {c['mc_samples']}, nothing added")  # fmt: skip
         out.append((bucket, (
-            f"With noise added to the log-ratio (K = {c['mc_samples']}, added sd {c['added_noise_std']:g}: pure-noise "
+            f"{dose_text}: pure-noise "
             f"sd {c['noise_sd']:.3f}; lr {c['learning_rate']:g}, {dose['settings']['max_steps']} steps), {phrase}; "
             f"collapsed runs GRPO {ref['collapsed']} of {ref['seeds']}, StableDRL {sd['collapsed']} of {sd['seeds']}."
         ), [dose]))  # fmt: skip

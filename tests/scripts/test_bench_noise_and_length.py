@@ -129,6 +129,12 @@ def test_noise_dose_arguments(load_script):
     assert preset.cells == [(2, 0.0, 5e-5), (2, 0.5, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5)]
     assert preset.seeds == [0, 1, 2, 3, 4]
     assert preset.objectives == list(bench.OBJECTIVES) and not preset.pilot
+    # a preset of explicit cells: the K = 2 slice, K = 8 and K = 1 without added noise, the second lr at noise 0.5
+    dose = bench.parse_args(["--preset", "dose-k-lr"])
+    assert dose.cells == preset.cells + [(8, 0.0, 5e-5), (1, 0.0, 5e-5), (2, 0.5, 1.5e-4)]
+    assert (dose.seeds, dose.max_steps, dose.objectives) == (preset.seeds, preset.max_steps, preset.objectives)
+    assert bench.parse_args(["--preset", "dose-k-lr", "--cells", "8:0:5e-5"]).cells == [(8, 0.0, 5e-5)]
+    assert {tuple(c) for c in bench.grid_record(dose)["cells"]} == set(dose.cells)
     with pytest.raises(SystemExit, match="give one of them"):
         bench.parse_args(["--preset", "k2-added-noise", "--pilot"])
     with pytest.raises(SystemExit, match="K:NOISE:LR"):
@@ -240,3 +246,12 @@ def test_noise_dose_partial_grid_names_what_it_leaves_out(load_script):
     some = bench.parse_args(["--cells", "2:1.0:5e-5", "8:0:1.5e-4"])  # 2 of the 2 x 2 x 2 combinations they span
     assert "6 of the remaining (K, noise, lr) combinations" in bench.not_run(bench.grid_record(some))
     assert bench.grid_label({"pilot": True}).startswith("PILOT")
+    # explicit cells (not a product of the axes): listed as cells, and every axis value they span counts as run
+    dose = bench.parse_args(["--preset", "dose-k-lr"])
+    grid = bench.grid_record(dose)
+    assert bench.not_run(grid) == ["17 of the remaining (K, noise, lr) combinations",
+                                   "17 of the full grid's 24 (K, noise, lr) cells in all"]  # fmt: skip
+    label = bench.grid_label({"pilot": False, "preset": "dose-k-lr", "grid": grid,
+                              "settings": {"objectives": dose.objectives, "max_steps": dose.max_steps}})  # fmt: skip
+    assert label.startswith("PARTIAL GRID `dose-k-lr`: the (K, added noise, lr) cells (2, 0, 5e-05), (2, 0.5, 5e-05)")
+    assert "(8, 0, 5e-05), (1, 0, 5e-05), (2, 0.5, 0.00015), objectives grpo_seq" in label
