@@ -397,18 +397,22 @@ def render(data: dict) -> str:
         f"{label}{s['max_steps']} steps, seeds {', '.join(str(x) for x in s['seeds'])}, held-out accuracy on "
         f"{s['eval_samples']} prompts (mean of {s['eval_draws']} draws) every {s['eval_every']} steps; collapse = "
         f"accuracy below the start - {s['collapse']['margin']:g} for {s['collapse']['evals']} evaluations in a row "
-        f"or a non-finite grad norm. Noise sd: the pure-noise log-ratio sd of grpo_seq's setting at the start.\n\n"
+        f"or a non-finite grad norm. Noise sd: the pure-noise log-ratio sd of grpo_seq's setting at the start; its "
+        f"own noise sd: the same for each objective with its own scoring (0 where it reuses its masks for both "
+        f"policies).\n\n"
     )
-    header = ["K", "added noise", "lr", "noise sd", "objective", "best", "final [95% CI]", "AUC", "collapsed",
-              "distance moved (L2)", "final - grpo_seq (p)", "best curve flat"]  # fmt: skip
+    header = ["K", "added noise", "lr", "noise sd", "objective", "its own noise sd", "best", "final [95% CI]", "AUC",
+              "collapsed", "distance moved (L2)", "final - grpo_seq (p)", "best curve flat"]  # fmt: skip
     rows = []
     for c in data["cells"]:
         summary = c["summary"]
         for name, o in summary["objectives"].items():
             ci = o["final_ci95"]
             test = o.get(f"final_vs_{REFERENCE}")
+            own = c.get("noise", {}).get("objectives", {}).get(name, {}).get("log_ratio_sd")
             rows.append([
                 c["mc_samples"], f"{c['added_noise_std']:g}", f"{c['learning_rate']:g}", f"{c['noise_sd']:.3f}", name,
+                "-" if own is None else f"{own:.3f}",
                 f"{o['best']:.3f}", f"{o['final']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""),
                 f"{o['auc']:.3f}", f"{o['collapsed']} of {o['seeds']}",
                 "-" if o["param_distance"] is None else f"{o['param_distance']:.3g}",
@@ -416,9 +420,30 @@ def render(data: dict) -> str:
                 FLAT_LABELS[flat_state(c["runs"], name, s["flat"])] if name == best_objective(summary["objectives"]) else "",
             ])  # fmt: skip
     text += results.markdown_table(header, rows)
-    text += "\n" + "\n".join(reading(data)) + "\n"
+    text += "\n" + "\n".join(estimator_notes(data) + reading(data)) + "\n"
     text += f"\n{wall_time(data)} " + results.provenance_line(data)
     return text
+
+
+def estimator_notes(data: dict) -> list[str]:
+    """A sentence per objective whose scoring ignores the cell's K (from each cell's measured noise record), so that
+    its identical rows across K read as what they are: the same runs, not a fault."""
+    out = []
+    names = list(data["cells"][0]["summary"]["objectives"]) if data["cells"] else []
+    for name in names:
+        records = [(c, c.get("noise", {}).get("objectives", {}).get(name)) for c in data["cells"]]
+        records = [(c, r) for c, r in records if r]
+        if len({c["mc_samples"] for c, _ in records}) < 2:
+            continue
+        own = {r.get("mc_samples") for _, r in records}
+        if len(own) == 1 and all(r.get("mc_samples") != c["mc_samples"] for c, r in records if c["mc_samples"] != 1):
+            r = records[0][1]
+            out.append(
+                f"{name} scores with its own estimator ({r.get('likelihood_estimator')}, K = {own.pop()}) in every "
+                "cell, whatever the cell's K: its runs do not depend on K, so its rows at the same added noise and "
+                "learning rate are equal."
+            )
+    return out
 
 
 def _significance(test: dict | None) -> str:

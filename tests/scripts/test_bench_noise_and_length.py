@@ -255,3 +255,21 @@ def test_noise_dose_partial_grid_names_what_it_leaves_out(load_script):
                               "settings": {"objectives": dose.objectives, "max_steps": dose.max_steps}})  # fmt: skip
     assert label.startswith("PARTIAL GRID `dose-k-lr`: the (K, added noise, lr) cells (2, 0, 5e-05), (2, 0.5, 5e-05)")
     assert "(8, 0, 5e-05), (1, 0, 5e-05), (2, 0.5, 0.00015), objectives grpo_seq" in label
+
+
+def test_noise_dose_names_an_objective_whose_scoring_ignores_k(load_script):
+    bench = load_script("bench_noise_dose")
+
+    def cell(k):
+        noise = {"grpo_seq": {"likelihood_estimator": "block_random", "mc_samples": k, "log_ratio_sd": 0.3 / k},
+                 "diffu_grpo": {"likelihood_estimator": "mean_field", "mc_samples": 1, "log_ratio_sd": 0.0}}  # fmt: skip
+        return {"mc_samples": k, "noise": {"objectives": noise},
+                "summary": {"objectives": {"grpo_seq": {}, "diffu_grpo": {}}}}  # fmt: skip
+
+    notes = bench.estimator_notes({"cells": [cell(2), cell(8), cell(1)]})
+    assert notes == [
+        "diffu_grpo scores with its own estimator (mean_field, K = 1) in every cell, whatever the cell's K: its runs "
+        "do not depend on K, so its rows at the same added noise and learning rate are equal."
+    ]
+    assert bench.estimator_notes({"cells": [cell(2), cell(2)]}) == []  # one K: nothing to say
+    assert bench.estimator_notes({"cells": []}) == []
