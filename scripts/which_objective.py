@@ -130,15 +130,20 @@ def dose_readings(src: dict) -> list[tuple[str, str, list[dict]]]:
         ref, sd = o[REFERENCE], o["stable_drl"]
         bucket, phrase = _lead(sd[f"final_vs_{REFERENCE}"], "StableDRL")
         breaks = ref["collapsed"] * 2 > ref["seeds"] and sd["collapsed"] == 0
+        both_collapse = ref["collapsed"] * 2 > ref["seeds"] and sd["collapsed"] * 2 > sd["seeds"]
         if breaks:
             bucket = "helps"
+        if both_collapse:  # a lead between two collapsed objectives is in how far they fell, not in stability
+            bucket = "not"
         dose_text = (f"With noise added to the log-ratio (K = {c['mc_samples']}, added sd {c['added_noise_std']:g}"
                      if c["added_noise_std"] else
                      f"With the estimator's own noise only (K = {c['mc_samples']}, nothing added")  # fmt: skip
         out.append((bucket, (
             f"{dose_text}: pure-noise "
             f"sd {c['noise_sd']:.3f}; lr {c['learning_rate']:g}, {dose['settings']['max_steps']} steps), {phrase}; "
-            f"collapsed runs GRPO {ref['collapsed']} of {ref['seeds']}, StableDRL {sd['collapsed']} of {sd['seeds']}."
+            f"collapsed runs GRPO {ref['collapsed']} of {ref['seeds']}, StableDRL {sd['collapsed']} of {sd['seeds']}"
+            + ("; both collapsed in most runs, so the difference is in how far they fell" if both_collapse else "")
+            + "."
         ), [dose]))  # fmt: skip
     return out
 
@@ -173,9 +178,14 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
             cells = [c for c in dose["cells"] if f"{c['learning_rate']:g}" == lr]
             if sd is None:
                 sds = ", ".join(f"{c['noise_sd']:.3f}" for c in sorted(cells, key=lambda c: c["noise_sd"]))
+                top = max(cells, key=lambda c: c["noise_sd"])
+                n_seeds = top["summary"]["objectives"][REFERENCE]["seeds"]
+                counts = ", ".join(f"{OBJECTIVE_NAMES.get(n, n)} {o['collapsed']} of {n_seeds}"
+                                   for n, o in top["summary"]["objectives"].items())  # fmt: skip
                 out.append(("when", (
                     f"At lr {lr} the dose study has no noise level where GRPO collapses and StableDRL does not "
-                    f"(pure-noise sds {sds}), so it gives no noise threshold for choosing StableDRL."
+                    f"(pure-noise sds {sds}), so it gives no noise threshold for choosing StableDRL; at sd "
+                    f"{top['noise_sd']:.3f} the runs that collapsed: {counts}."
                 ), [dose]))  # fmt: skip
                 continue
             cells = sorted(cells, key=lambda c: c["noise_sd"])
