@@ -436,7 +436,7 @@ def estimator_notes(data: dict) -> list[str]:
         if len({c["mc_samples"] for c, _ in records}) < 2:
             continue
         own = {r.get("mc_samples") for _, r in records}
-        if len(own) == 1 and all(r.get("mc_samples") != c["mc_samples"] for c, r in records if c["mc_samples"] != 1):
+        if len(own) == 1:  # one K of its own while the cells' K vary: its scoring ignores the cell's K
             r = records[0][1]
             out.append(
                 f"{name} scores with its own estimator ({r.get('likelihood_estimator')}, K = {own.pop()}) in every "

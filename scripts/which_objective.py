@@ -169,27 +169,29 @@ def length_reading(src: dict) -> list[tuple[str, str, list[dict]]]:
     ), [length])]  # fmt: skip
 
 
+def _collapsed_runs(cell: dict, seeds: int) -> str:
+    """"GRPO 5 of 5, StableDRL 0 of 5, ...": every objective's collapsed runs in one dose cell."""
+    return ", ".join(f"{OBJECTIVE_NAMES.get(n, n)} {o['collapsed']} of {seeds}"
+                     for n, o in cell["summary"]["objectives"].items())  # fmt: skip
+
+
 def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
     """(bucket "when", sentence, sources): which objective to use when, each with the figures it rests on."""
     out = []
     dose = src.get("dose")
     if dose is not None:
         for lr, sd in dose["breaking_point"].items():
-            cells = [c for c in dose["cells"] if f"{c['learning_rate']:g}" == lr]
+            cells = sorted((c for c in dose["cells"] if f"{c['learning_rate']:g}" == lr), key=lambda c: c["noise_sd"])
+            seeds = cells[0]["summary"]["objectives"][REFERENCE]["seeds"]
+            top = cells[-1]  # the largest dose run at this learning rate
             if sd is None:
-                sds = ", ".join(f"{c['noise_sd']:.3f}" for c in sorted(cells, key=lambda c: c["noise_sd"]))
-                top = max(cells, key=lambda c: c["noise_sd"])
-                n_seeds = top["summary"]["objectives"][REFERENCE]["seeds"]
-                counts = ", ".join(f"{OBJECTIVE_NAMES.get(n, n)} {o['collapsed']} of {n_seeds}"
-                                   for n, o in top["summary"]["objectives"].items())  # fmt: skip
+                sds = ", ".join(f"{c['noise_sd']:.3f}" for c in cells)
                 out.append(("when", (
                     f"At lr {lr} the dose study has no noise level where GRPO collapses and StableDRL does not "
                     f"(pure-noise sds {sds}), so it gives no noise threshold for choosing StableDRL; at sd "
-                    f"{top['noise_sd']:.3f} the runs that collapsed: {counts}."
+                    f"{top['noise_sd']:.3f} the runs that collapsed: {_collapsed_runs(top, seeds)}."
                 ), [dose]))  # fmt: skip
                 continue
-            cells = sorted(cells, key=lambda c: c["noise_sd"])
-            seeds = cells[0]["summary"]["objectives"][REFERENCE]["seeds"]
 
             def count(c, name):
                 return c["summary"]["objectives"][name]["collapsed"]
@@ -210,14 +212,10 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
                 f"sd {sds} GRPO collapsed in {', '.join(str(count(c, REFERENCE)) for c in broken)} of {seeds} runs "
                 f"and StableDRL in {', '.join(str(count(c, 'stable_drl')) for c in broken)} of {seeds}{safe}."
             ), [dose]))  # fmt: skip
-            top = cells[-1]
-            others = [n for n in top["summary"]["objectives"] if n not in (REFERENCE, "stable_drl")]
-            if others:  # the other objectives of the study at its largest dose
-                counts = ", ".join(f"{OBJECTIVE_NAMES.get(n, n)} {count(top, n)} of {seeds}"
-                                   for n in top["summary"]["objectives"])  # fmt: skip
-                out.append(("when", (
+            if any(n not in (REFERENCE, "stable_drl") for n in top["summary"]["objectives"]):
+                out.append(("when", (  # the other objectives of the study at its largest dose
                     f"At the largest dose run (sd {top['noise_sd']:.3f}, lr {lr}, {seeds} seeds) the runs that "
-                    f"collapsed: {counts}."
+                    f"collapsed: {_collapsed_runs(top, seeds)}."
                 ), [dose]))  # fmt: skip
     leads = []  # (noise sd, paired test, summary) of StableDRL against GRPO in the stability studies
     for key in ("main", "coupled"):

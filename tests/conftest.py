@@ -167,6 +167,23 @@ def count_calls(monkeypatch):
     return count
 
 
+@pytest.fixture
+def sandbox_batches(monkeypatch):
+    """`batches = sandbox_batches()` (after `configure_code_sandbox`) records the size of every batch the shared code
+    sandbox then runs (`run_many` calls, undone after the test): how many programs each reward call sent to it."""
+
+    def record() -> list[int]:
+        from stabledrl_trl.tasks import code as code_tasks
+
+        batches = []
+        box = code_tasks.code_sandbox()
+        original = box.run_many
+        monkeypatch.setattr(box, "run_many", lambda jobs: batches.append(len(jobs)) or original(jobs))
+        return batches
+
+    return record
+
+
 @pytest.fixture(scope="session")
 def llada_fixture_dir() -> Path:
     """tests/fixtures/llada-tiny: a LLaDA checkpoint written by LLaDA's own code, with reference logits."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 
 from ..sandbox import CodeJob
-from .common import check_generated_task, completion_to_text, reward_column, take_samples
+from .common import check_generated_task, completion_to_text, format_dataset, reward_column, take_samples
 
 OPS = ("+", "-", "*")
 CONSTANTS = tuple(range(1, 10))
@@ -78,8 +78,7 @@ def load_tiny_code(split="train", *, path=None, data_files=None, num_samples=Non
 
     check_generated_task("tiny_code", path, data_files, prompt_style)
     rows = take_samples(Dataset.from_list(split_rows(split)), num_samples, seed)
-    return rows.map(format_example, fn_kwargs={"system_prompt": system_prompt or ""},
-                    remove_columns=rows.column_names, desc="formatting prompts")  # fmt: skip
+    return format_dataset(rows, format_example, system_prompt or "")
 
 
 def _register() -> None:

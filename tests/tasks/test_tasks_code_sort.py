@@ -35,7 +35,7 @@ def test_the_program_and_its_assert():
     assert job.checks == ("assert sorted_digits('4131') == '1134'",)
 
 
-def test_reward_runs_the_expression_against_the_assert(monkeypatch):
+def test_reward_runs_the_expression_against_the_assert(sandbox_batches):
     code_tasks.configure_code_sandbox(SandboxSettings(timeout=1.0, num_workers=2))
     reward = get_task("code_sort").correctness_reward
     completions = ["'1134'", " '1134' \n", "'11'+'34'", "''.join(sorted(s))", "1134", "'1134", "'4131'", "'1143'",
@@ -45,10 +45,7 @@ def test_reward_runs_the_expression_against_the_assert(monkeypatch):
     assert reward(None, ["'1134'"], digits=[None]) == [None]
     assert reward(None, ["'0009'", "'0009'"], digits=["0900", 900]) == [1.0, 1.0]  # an int is zero-padded
     # Identical completions of the same digits are run once.
-    calls = []
-    box = code_tasks.code_sandbox()
-    original = box.run_many
-    monkeypatch.setattr(box, "run_many", lambda jobs: calls.append(len(jobs)) or original(jobs))
+    calls = sandbox_batches()
     assert reward(None, ["'12'", "'12'", " '12'", "'21'"], digits=["21", "21", "21", "21"]) == [1.0, 1.0, 1.0, 0.0]
     assert calls == [2]
 

@@ -30,7 +30,7 @@ def test_splits_are_generated_disjoint_and_sized():
         load_task_dataset("tiny_code", prompt_style="official")
 
 
-def test_reward_runs_the_expression_against_ten_asserts(monkeypatch):
+def test_reward_runs_the_expression_against_ten_asserts(sandbox_batches):
     code_tasks.configure_code_sandbox(SandboxSettings(timeout=1.0, num_workers=2))
     reward = get_task("tiny_code").correctness_reward
     completions = ["x+4", "4+x", "x+2*2", " x+4\n", "x+3", "x*4", "", "__import__('os')._exit(0)", "x+4 if x < 9 else 0"]
@@ -38,9 +38,6 @@ def test_reward_runs_the_expression_against_ten_asserts(monkeypatch):
     assert reward(None, completions, function=["x+4"] * len(completions)) == expected
     assert reward(None, ["x+4"], function=[None]) == [None]
     # Identical completions of the same function are run once.
-    calls = []
-    box = code_tasks.code_sandbox()
-    original = box.run_many
-    monkeypatch.setattr(box, "run_many", lambda jobs: calls.append(len(jobs)) or original(jobs))
+    calls = sandbox_batches()
     assert reward(None, ["x*2", "x*2", " x*2", "x+2"], function=["x*2", "x*2", "x*2", "x*2"]) == [1.0, 1.0, 1.0, 0.0]
     assert calls == [2]
