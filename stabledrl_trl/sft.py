@@ -44,7 +44,7 @@ from . import multinode
 logger = logging.getLogger(__name__)
 
 # Bump when the meaning of a cached warm-up checkpoint changes (objective, data layout), so old caches are not reused.
-SFT_CACHE_VERSION = 1
+SFT_CACHE_VERSION = 2
 
 # The tiny LLaDA used by the embedded CPU default (d_model 128, 4 layers): big enough to learn the built-in task.
 TINY_SFT_MODEL = {"d_model": 128, "n_heads": 4, "n_kv_heads": 4, "n_layers": 4, "mlp_hidden_size": 256}

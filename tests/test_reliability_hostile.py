@@ -260,7 +260,7 @@ def test_sft_max_steps_zero_skips_the_warm_up_and_negative_is_refused(tmp_path, 
     with pytest.raises(ValueError, match="sft_max_steps=-1 must be an integer >= 0"):
         prepare_sft_model(str(tmp_path / "cache"), max_steps=-1)
     with pytest.raises(ValueError, match=r"^SFT warm-up \(sft_num_samples=5000\): num_samples: asked for 5000 rows "
-                       r"but the split has only 1944.*null in a YAML config"):  # fmt: skip
+                       r"but the split has only 1382.*null in a YAML config"):  # fmt: skip
         prepare_sft_model(str(tmp_path / "cache"), "tiny_code", num_samples=5000, max_steps=1)
     train = load_script("train")
     with pytest.raises(ValueError, match="sft_max_steps=-1 must be >= 0"):

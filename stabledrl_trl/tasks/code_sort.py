@@ -11,9 +11,8 @@ runs in the sandbox against `assert sorted_digits('4131') == '1134'`, so any exp
 and gets no other treatment. A bare `1134` (an int) or `'1134` (unterminated) fails.
 
 What it exercises: a code reward in a learning run on a CPU. The skill RL improves is `digit_sort`'s (ordering
-digits), written as a string literal, so the tiny model learns it in minutes; `tiny_code` (infer `x OP K` from two
-examples) is the harder program-synthesis task, whose arithmetic the tiny model does not improve by RL
-(docs/code.md).
+digits), written as a string literal, so the tiny model learns it in minutes; `tiny_code` (compose string helpers
+named in words into a program, tested on held-out pipelines) is the program-synthesis task (docs/code.md).
 
 Columns: `prompt`, `digits` (the given digits), `answer` (the canonical completion `'1134'`, for the SFT warm-up).
 Reward (`code_sort_reward`): 1.0 when the assert passes, else 0.0. Identical completions of the same digits in one

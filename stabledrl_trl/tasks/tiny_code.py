@@ -1,69 +1,99 @@
 """tiny_code: a built-in code task small enough for the tiny CPU model, graded by unit tests in the code sandbox.
 
-Problem: a hidden function f(x) = x OP K (OP one of + - *, K in 1..9: 27 functions) shown by two examples, e.g.
-the user message "f(2)=6 f(5)=9"; the completion is a Python expression in x, e.g. "x+4". The program
-`def f(x):\\n    return <completion>` runs in the sandbox against ten asserts, f(0) ... f(9), so any expression
-equal to the hidden function on 0..9 passes ("4+x", "x+2*2"); the completion is model output like any other and
-gets no other treatment.
+Problem: write a string function as a pipeline of three helpers named in words. The user message names the steps
+in order, e.g. "rev upp even" (reverse, then upper-case, then keep the even positions); the completion is a Python
+expression in `s` calling the one-letter helpers, e.g. "e(u(r(s)))" (the innermost call runs first, so the order
+of the words is reversed in the program). The program is the helpers' definitions (`HELPER_SOURCE`) followed by
+`def f(s):\n    return <completion>`; it runs in the sandbox against seven asserts on fixed strings
+(`TEST_INPUTS`), so any expression equal to the pipeline on those strings passes (`e(r(u(s)))`: upper-casing and
+reversing commute); the completion is model output like any other and gets no other treatment.
 
-Data: generated, no download. Every function with every ordered pair of distinct example inputs from 0..9
-(27 x 90 = 2,430 prompts); pairs whose inputs sum to a multiple of 5 form the test split (486 prompts), the rest
-the train split (1,944): the functions are shared, the example pairs are not, so the model has to read the examples.
-Columns: `prompt`, `answer` (the canonical expression, for the SFT warm-up), `function` (e.g. "x+4").
+Data: generated, no download. Twelve helpers (`HELPERS`), every pipeline of three (12^3 = 1,728). A pipeline (a, b,
+c) of helper indices is in the test split when (a + 2b + 3c) % 5 == 0 (346 prompts), else in the train split
+(1,382): the held-out pipelines are compositions never seen in training, so the model has to compose, not recall.
+Columns: `prompt`, `answer` (the canonical program, for the SFT warm-up), `function` (the same canonical program,
+which the reward's asserts are computed from).
 
-Reward (`tiny_code_reward`): 1.0 when all ten asserts pass, else 0.0. Identical completions of the same function in
-one call are run once (the verdict of a program on fixed tests does not depend on which row asked).
+Reward (`tiny_code_reward`): 1.0 when all seven asserts pass, else 0.0. Identical completions of the same function in
+one call are run once (the verdict of a program on fixed tests does not depend on which row asked). The expected
+values come from the helpers' Python twins in this module (`_TWINS`), never from evaluating a string.
 """
 
 from __future__ import annotations
 
-import itertools
-
 from ..sandbox import CodeJob
 from .common import check_generated_task, completion_to_text, format_dataset, reward_column, take_samples
 
-OPS = ("+", "-", "*")
-CONSTANTS = tuple(range(1, 10))
-INPUTS = tuple(range(10))
+# (word in the prompt, one-letter name in the program, body). The bodies are the program's helper source.
+HELPERS = (
+    ("rev", "r", "s[::-1]"),
+    ("upp", "u", "s.upper()"),
+    ("low", "l", "s.lower()"),
+    ("dup", "d", "s + s"),
+    ("half", "h", "s[: len(s) // 2]"),
+    ("tail", "t", "s[1:]"),
+    ("even", "e", "s[::2]"),
+    ("swap", "w", "s.swapcase()"),
+    ("init", "i", "s[:-1]"),
+    ("cap", "c", "s.capitalize()"),
+    ("sort", "z", "''.join(sorted(s))"),
+    ("odd", "o", "s[1::2]"),
+)
+# The same helpers as trusted Python functions: they compute the asserts' expected values.
+_TWINS = {
+    "r": lambda s: s[::-1], "u": str.upper, "l": str.lower, "d": lambda s: s + s, "h": lambda s: s[: len(s) // 2],
+    "t": lambda s: s[1:], "e": lambda s: s[::2], "o": lambda s: s[1::2], "w": str.swapcase, "i": lambda s: s[:-1],
+    "c": str.capitalize, "z": lambda s: "".join(sorted(s)),
+}  # fmt: skip
+HELPER_SOURCE = "".join(f"def {name}(s):\n    return {body}\n" for _, name, body in HELPERS)
+TEST_INPUTS = ("aBcDe", "Hello", "xyZ12q", "", "a", "AbCdEfG", "zz Top")
+STEPS = 3  # helpers per pipeline
 
 
 def functions() -> list[str]:
-    """The 27 hidden functions as expressions in x."""
-    return [f"x{op}{k}" for op in OPS for k in CONSTANTS]
+    """Every pipeline as its canonical program: the steps (a, b, c) are "c(b(a(s)))"."""
+    names = [name for _, name, _ in HELPERS]
+    return [f"{c}({b}({a}(s)))" for a in names for b in names for c in names]
 
 
-def apply(function: str, x: int) -> int:
-    """The value of a hidden function (parsed from its own fixed form, never evaluated as code)."""
-    op, k = function[1], int(function[2:])
-    return x + k if op == "+" else x - k if op == "-" else x * k
+def steps(function: str) -> list[str]:
+    """The helper names of a canonical program in the order they run: "e(u(r(s)))" -> ["r", "u", "e"]."""
+    return [function[2 * i] for i in range(STEPS)][::-1]
+
+
+def apply(function: str, s: str) -> str:
+    """The value of a canonical program at `s`, from the helpers' Python twins (never evaluated as code)."""
+    for name in steps(function):
+        s = _TWINS[name](s)
+    return s
 
 
 def split_rows(split: str) -> list[dict]:
     if split not in ("train", "test"):
         raise ValueError(f"split: the built-in tiny_code task has 'train' and 'test', got {split!r}")
+    index = {name: i for i, (_, name, _) in enumerate(HELPERS)}
+    words = {name: word for word, name, _ in HELPERS}
     rows = []
     for function in functions():
-        for a, b in itertools.permutations(INPUTS, 2):
-            if ((a + b) % 5 == 0) == (split == "test"):
-                rows.append({"function": function, "x1": a, "x2": b})
+        a, b, c = (index[name] for name in steps(function))
+        if ((a + 2 * b + 3 * c) % 5 == 0) == (split == "test"):
+            rows.append({"function": function, "words": " ".join(words[name] for name in steps(function))})
     return rows
 
 
 def format_example(row: dict, system_prompt: str = "") -> dict:
-    function = row["function"]
-    text = f"f({row['x1']})={apply(function, row['x1'])} f({row['x2']})={apply(function, row['x2'])}"
-    content = f"{system_prompt}\n\n{text}" if system_prompt else text
-    return {"prompt": [{"role": "user", "content": content}], "answer": function, "function": function}
+    content = f"{system_prompt}\n\n{row['words']}" if system_prompt else row["words"]
+    return {"prompt": [{"role": "user", "content": content}], "answer": row["function"], "function": row["function"]}
 
 
 def tiny_code_job(completion: str, function: str) -> CodeJob:
-    program = "def f(x):\n    return " + completion.strip()
-    checks = tuple(f"assert f({x}) == {apply(function, x)}" for x in INPUTS)
+    program = HELPER_SOURCE + "def f(s):\n    return " + completion.strip()
+    checks = tuple(f"assert f({x!r}) == {apply(function, x)!r}" for x in TEST_INPUTS)
     return CodeJob(program=program, checks=checks)
 
 
 def tiny_code_reward(prompts, completions, **kwargs) -> list[float | None]:
-    """1.0 when `def f(x): return <completion>` passes f(0) ... f(9) in the sandbox, else 0.0."""
+    """1.0 when the helpers + `def f(s): return <completion>` pass the seven asserts in the sandbox, else 0.0."""
     from .code import grade_distinct
 
     targets = reward_column(kwargs, "function", len(completions), "tiny_code_reward")
@@ -92,7 +122,7 @@ def _register() -> None:
             system_prompt="",
             extract_answer=lambda text: text.strip() or None,
             format_example=format_example,
-            description="write x OP K from two examples; graded by ten asserts in the code sandbox (generated)",
+            description="compose three string helpers named in words; graded by seven asserts in the code sandbox (generated)",
             runs_code=True,
         )
     )

@@ -39,7 +39,7 @@ COLUMNS = {
     "humaneval": {"problem_prompt": "def add(a, b):\n", "test": "def check(f):\n    assert f(1, 2) == 3\n",
                   "entry_point": "add"},  # fmt: skip
     "mbpp": {"test_list": ["assert add(1, 2) == 3"]},
-    "tiny_code": {"function": "x+4"},
+    "tiny_code": {"function": "e(u(r(s)))"},
     "code_sort": {"digits": "4131"},
 }
 REWARDS = [
