@@ -3,6 +3,7 @@ flat, with collapse defined, on the embedded digit-sorting task.
 
     python scripts/bench_noise_dose.py                                   # the full grid (many CPU hours; see below)
     python scripts/bench_noise_dose.py --preset dose-k-lr               # the named slice in docs/noise_dose.md
+    python scripts/bench_noise_dose.py --preset long                    # 480 steps: its own JSON and block
     python scripts/bench_noise_dose.py --pilot --output-dir outputs/noise_dose_pilot   # a labelled short pilot
     python scripts/bench_noise_dose.py --readme-only                     # re-render docs/noise_dose.md
 
@@ -39,7 +40,8 @@ Cost: a 300-step run takes about 2 minutes on a free CPU core; the full grid (3 
 cores to spare (`--cells` picks a subset, e.g. `--cells 2:1.0:5e-5`). `--pilot` runs a labelled pilot (1 seed, 2
 objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusion. `--preset NAME` runs a named
 partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 0.5 / 1 / 2, every objective, 5 seeds, 120
-steps; `dose-k-lr`: those cells plus K = 8 and K = 1 without added noise and lr 1.5e-4 at the added noise 0.5),
+steps; `dose-k-lr`: those cells plus K = 8 and K = 1 without added noise and lr 1.5e-4 at the added noise 0.5;
+`long`: GRPO and StableDRL at K = 2, added noise 0 / 0.5 / 1, 480 steps, written to `bench_noise_dose_long.json`),
 whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 
 Resuming and splitting: every finished run is kept in its folder under `--runs-dir` (`noise_dose_run.json`, with
@@ -81,7 +83,9 @@ PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seed
 # out. "k2-added-noise": the grid's most informative slice on one CPU core (K = 2, the study's setting, with the
 # added noise 0 / 0.5 / 1 / 2 as the dose; every objective; one learning rate). "dose-k-lr": that slice plus the
 # estimator's own dose (K = 8 and K = 1, no added noise) and the second learning rate at the added noise 0.5, the
-# lowest dose where GRPO collapsed (explicit `cells` instead of a product of the grid's axes).
+# lowest dose where GRPO collapsed (explicit `cells` instead of a product of the grid's axes). "long": GRPO and
+# StableDRL at K = 2 with the added noise 0 / 0.5 / 1, four times as many steps (480), to see whether the curves
+# flatten and whether StableDRL still holds where GRPO collapsed; written to its own JSON and block (`OUTPUTS`).
 PRESETS = {
     "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
                            max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
@@ -90,7 +94,16 @@ PRESETS = {
                              (1, 0.0, 5e-5), (2, 0.5, 1.5e-4)],
                       seeds=[0, 1, 2, 3, 4], max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
                       objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo"]),
+    "long": dict(cells=[(2, 0.0, 5e-5), (2, 0.5, 5e-5), (2, 1.0, 5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480,
+                 eval_every=20, eval_samples=256, eval_draws=2, objectives=["grpo_seq", "stable_drl"]),
 }  # fmt: skip
+# Where a study is written: (JSON file, docs block). A preset not listed writes the main study's.
+OUTPUTS = {None: (JSON_NAME, BLOCK), "long": ("bench_noise_dose_long.json", "noise_dose_long")}
+
+
+def outputs(preset: str | None) -> tuple[str, str]:
+    """(JSON file, docs block) of a study run with `preset` (the main study's for any preset without its own)."""
+    return OUTPUTS.get(preset, OUTPUTS[None])
 GRID_KEYS = ("mc_samples", "added_noise", "learning_rates")
 
 
@@ -537,18 +550,24 @@ def breaking_point_sentences(data: dict) -> list[str]:
 
 
 def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, list[dict]]]:
-    """(sentence, [the JSON it is rendered from]) for every sentence of `reading` of the committed JSON."""
-    path = os.path.join(docs_dir, JSON_NAME)
-    if not os.path.isfile(path):
-        return []
-    data = results.read_json(path)
-    return [(x, [data]) for x in reading(data)]
+    """(sentence, [the JSON it is rendered from]) for every sentence of `reading` of the committed JSONs."""
+    found = []
+    for name, _ in OUTPUTS.values():
+        path = os.path.join(docs_dir, name)
+        if os.path.isfile(path):
+            data = results.read_json(path)
+            found += [(x, [data]) for x in reading(data)]
+    return found
 
 
 def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
-    """{"noise_dose": the docs block rendered from docs_dir/bench_noise_dose.json} ({} without it)."""
-    path = os.path.join(docs_dir, JSON_NAME)
-    return {BLOCK: render(results.read_json(path))} if os.path.isfile(path) else {}
+    """{block: the docs block rendered from its JSON} for each study of `OUTPUTS` whose JSON is in docs_dir."""
+    blocks = {}
+    for name, block in OUTPUTS.values():
+        path = os.path.join(docs_dir, name)
+        if os.path.isfile(path):
+            blocks[block] = render(results.read_json(path))
+    return blocks
 
 
 # --- command line -------------------------------------------------------------------------------------------------
@@ -632,15 +651,17 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.readme_only:
         blocks = readme_blocks(args.output_dir)
-        results.rewrite_readme_only(blocks, args.output_dir, JSON_NAME, readme=args.page)
+        names = " or ".join(name for name, _ in OUTPUTS.values())
+        results.rewrite_readme_only(blocks, args.output_dir, names, readme=args.page)
         return blocks
     data = run(args, argv)
-    results.write_json(os.path.join(args.output_dir, JSON_NAME), data)
+    json_name, block = outputs(args.preset)
+    results.write_json(os.path.join(args.output_dir, json_name), data)
     print(render(data))
     if args.page is not None or os.path.abspath(args.output_dir) == os.path.abspath(
         results.DOCS
     ):  # not for a scratch run
-        results.write_readme_blocks({BLOCK: render(data)}, readme=args.page)
+        results.write_readme_blocks({block: render(data)}, readme=args.page)
     return data
 
 

@@ -135,6 +135,12 @@ def test_noise_dose_arguments(load_script):
     assert (dose.seeds, dose.max_steps, dose.objectives) == (preset.seeds, preset.max_steps, preset.objectives)
     assert bench.parse_args(["--preset", "dose-k-lr", "--cells", "8:0:5e-5"]).cells == [(8, 0.0, 5e-5)]
     assert {tuple(c) for c in bench.grid_record(dose)["cells"]} == set(dose.cells)
+    # the long preset: GRPO and StableDRL, 480 steps, K = 2 at the added noise 0 / 0.5 / 1, its own JSON and block
+    long = bench.parse_args(["--preset", "long"])
+    assert long.cells == preset.cells[:3] and long.max_steps == 480 and long.objectives == ["grpo_seq", "stable_drl"]
+    assert (long.eval_every, long.eval_samples, long.eval_draws) == (dose.eval_every, dose.eval_samples, dose.eval_draws)
+    assert bench.outputs("long") == ("bench_noise_dose_long.json", "noise_dose_long")
+    assert bench.outputs("dose-k-lr") == bench.outputs(None) == (bench.JSON_NAME, bench.BLOCK)
     with pytest.raises(SystemExit, match="give one of them"):
         bench.parse_args(["--preset", "k2-added-noise", "--pilot"])
     with pytest.raises(SystemExit, match="K:NOISE:LR"):
@@ -183,13 +189,15 @@ def test_docs_pages_equal_the_rendering_of_their_committed_json(load_script, scr
 
     docs = Path(__file__).resolve().parents[2] / "docs"
     bench = load_script(script)
-    page = results.marked_blocks(Path(results.block_page(bench.BLOCK)).read_text())
+    blocks = [b for _, b in bench.OUTPUTS.values()] if script == "bench_noise_dose" else [bench.BLOCK]
     rendered = bench.readme_blocks(str(docs))
-    assert bench.BLOCK in page
-    if not rendered:  # no committed JSON: the block is empty, it shows no numbers
-        assert page[bench.BLOCK] == ""
-        return
-    assert page[bench.BLOCK] == rendered[bench.BLOCK], f"run python scripts/{script}.py --readme-only"
+    for block in blocks:
+        page = results.marked_blocks(Path(results.block_page(block)).read_text())
+        assert block in page
+        if block not in rendered:  # no committed JSON: the block is empty, it shows no numbers
+            assert page[block] == ""
+            continue
+        assert page[block] == rendered[block], f"run python scripts/{script}.py --readme-only"
     if script == "bench_length_noise":  # its reading rests on the JSON's numbers
         data = results.read_json(str(docs / bench.JSON_NAME))
         for sentence in bench.reading(data).splitlines():
@@ -273,3 +281,26 @@ def test_noise_dose_names_an_objective_whose_scoring_ignores_k(load_script):
     ]
     assert bench.estimator_notes({"cells": [cell(2), cell(2)]}) == []  # one K: nothing to say
     assert bench.estimator_notes({"cells": []}) == []
+
+
+def test_noise_dose_long_preset_writes_its_own_json_and_block(load_script, tmp_path, monkeypatch):
+    """A study run with the long preset goes to bench_noise_dose_long.json and the noise_dose_long block; the main
+    study's JSON and block are left as they were."""
+    from stabledrl_trl import results
+
+    bench = load_script("bench_noise_dose")
+    page = tmp_path / "page.md"
+    page.write_text("<!-- noise_dose:start -->\nmain\n<!-- noise_dose:end -->\n"
+                    "<!-- noise_dose_long:start -->\n<!-- noise_dose_long:end -->\n")  # fmt: skip
+    monkeypatch.setattr(bench, "run", lambda args, argv: {"preset": args.preset, "cells": []})
+    monkeypatch.setattr(bench, "render", lambda data: f"rendered {data['preset']}")
+    bench.main(["--preset", "long", "--output-dir", str(tmp_path), "--page", str(page)])
+    assert results.read_json(str(tmp_path / "bench_noise_dose_long.json")) == {"preset": "long", "cells": []}
+    assert not (tmp_path / bench.JSON_NAME).exists()
+    blocks = results.marked_blocks(page.read_text())
+    assert blocks["noise_dose_long"].strip() == "rendered long" and blocks["noise_dose"].strip() == "main"
+    # --readme-only renders every study whose JSON is there, each into its own block
+    results.write_json(str(tmp_path / bench.JSON_NAME), {"preset": "dose-k-lr", "cells": []})
+    bench.main(["--readme-only", "--output-dir", str(tmp_path), "--page", str(page)])
+    blocks = results.marked_blocks(page.read_text())
+    assert {k: v.strip() for k, v in blocks.items()} == {"noise_dose": "rendered dose-k-lr", "noise_dose_long": "rendered long"}
