@@ -11,6 +11,7 @@ Sources (each read from `--docs-dir`, default docs/; a reading whose JSON is mis
 - `bench_stability_controls_summary.json` / `bench_stability_controls2_summary.json`: StableDRL without its clip,
   and d1's diffu-GRPO, against the same GRPO runs;
 - `bench_noise_dose.json`: GRPO against StableDRL at added log-ratio noise of known size, with collapse defined;
+- `bench_noise_dose_long.json`: the same for GRPO and StableDRL over 480 steps (four times as long);
 - `bench_length_noise.json`: the weights' size on 32-64-token answers, per-token mean against sum.
 
 Every sentence carries the figures and the comparison it rests on (`interpretation_sentences` gives each with the
@@ -37,6 +38,7 @@ SOURCES = {
     "controls": "bench_stability_controls_summary.json",
     "controls2": "bench_stability_controls2_summary.json",
     "dose": "bench_noise_dose.json",
+    "long": "bench_noise_dose_long.json",
     "length": "bench_length_noise.json",
 }
 REFERENCE = "grpo_seq"
@@ -118,12 +120,11 @@ def study_readings(src: dict) -> list[tuple[str, str, list[dict]]]:
 
 
 def dose_readings(src: dict) -> list[tuple[str, str, list[dict]]]:
-    """(bucket, sentence, sources) from the noise-dose study, one per cell with both objectives."""
-    dose = src.get("dose")
-    if dose is None:
-        return []
+    """(bucket, sentence, sources) from the noise-dose studies (the main one, then the long one), one per cell with
+    both objectives."""
     out = []
-    for c in sorted(dose["cells"], key=lambda c: (c["learning_rate"], c["noise_sd"])):
+    for dose, c in [(d, c) for d in (src.get("dose"), src.get("long")) if d is not None
+                    for c in sorted(d["cells"], key=lambda c: (c["learning_rate"], c["noise_sd"]))]:  # fmt: skip
         o = c["summary"]["objectives"]
         if REFERENCE not in o or "stable_drl" not in o or not o["stable_drl"].get(f"final_vs_{REFERENCE}"):
             continue
