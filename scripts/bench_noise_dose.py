@@ -104,6 +104,8 @@ OUTPUTS = {None: (JSON_NAME, BLOCK), "long": ("bench_noise_dose_long.json", "noi
 def outputs(preset: str | None) -> tuple[str, str]:
     """(JSON file, docs block) of a study run with `preset` (the main study's for any preset without its own)."""
     return OUTPUTS.get(preset, OUTPUTS[None])
+
+
 GRID_KEYS = ("mc_samples", "added_noise", "learning_rates")
 
 
@@ -549,25 +551,20 @@ def breaking_point_sentences(data: dict) -> list[str]:
     return lines
 
 
+def committed_studies(docs_dir: str = results.DOCS) -> dict[str, dict]:
+    """{docs block: its study's JSON} for each study of `OUTPUTS` whose JSON is in docs_dir."""
+    paths = {block: os.path.join(docs_dir, name) for name, block in OUTPUTS.values()}
+    return {block: results.read_json(path) for block, path in paths.items() if os.path.isfile(path)}
+
+
 def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, list[dict]]]:
     """(sentence, [the JSON it is rendered from]) for every sentence of `reading` of the committed JSONs."""
-    found = []
-    for name, _ in OUTPUTS.values():
-        path = os.path.join(docs_dir, name)
-        if os.path.isfile(path):
-            data = results.read_json(path)
-            found += [(x, [data]) for x in reading(data)]
-    return found
+    return [(x, [data]) for data in committed_studies(docs_dir).values() for x in reading(data)]
 
 
 def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
     """{block: the docs block rendered from its JSON} for each study of `OUTPUTS` whose JSON is in docs_dir."""
-    blocks = {}
-    for name, block in OUTPUTS.values():
-        path = os.path.join(docs_dir, name)
-        if os.path.isfile(path):
-            blocks[block] = render(results.read_json(path))
-    return blocks
+    return {block: render(data) for block, data in committed_studies(docs_dir).items()}
 
 
 # --- command line -------------------------------------------------------------------------------------------------

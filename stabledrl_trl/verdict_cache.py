@@ -1,9 +1,9 @@
 """A cache of the code sandbox's verdicts across reward calls, for programs whose verdict did not depend on time.
 
 RL grades the same program many times: a model that has learned a task keeps writing the same completion for the
-same problem, step after step (tiny_code's "e(u(r(s)))"), and a group of G completions often holds copies. Running such a
-program again gives the same verdict, so `CodeSandbox` (with `SandboxSettings.verdict_cache_mb > 0`; the training
-script's `code_verdict_cache_mb`) looks the verdict up instead.
+same problem, step after step (tiny_code's "e(u(r(s)))"), and a group of G completions often holds copies. Running
+such a program again gives the same verdict, so `CodeSandbox` (with `SandboxSettings.verdict_cache_mb > 0`; the
+training script's `code_verdict_cache_mb`) looks the verdict up instead.
 
 Key: the SHA-256 of everything that decides a verdict: the program text, the test source, the checks, the test
 function names, `stop_at_first_failure`, and every sandbox setting but the worker count and the cache size (backend,

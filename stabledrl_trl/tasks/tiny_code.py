@@ -75,9 +75,10 @@ def split_rows(split: str) -> list[dict]:
     words = {name: word for word, name, _ in HELPERS}
     rows = []
     for function in functions():
-        a, b, c = (index[name] for name in steps(function))
+        names = steps(function)
+        a, b, c = (index[name] for name in names)
         if ((a + 2 * b + 3 * c) % 5 == 0) == (split == "test"):
-            rows.append({"function": function, "words": " ".join(words[name] for name in steps(function))})
+            rows.append({"function": function, "words": " ".join(words[name] for name in names)})
     return rows
 
 
@@ -122,7 +123,8 @@ def _register() -> None:
             system_prompt="",
             extract_answer=lambda text: text.strip() or None,
             format_example=format_example,
-            description="compose three string helpers named in words; graded by seven asserts in the code sandbox (generated)",
+            description="compose three string helpers named in words; graded by seven asserts in the code sandbox "
+            "(generated)",
             runs_code=True,
         )
     )

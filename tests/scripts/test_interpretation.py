@@ -107,7 +107,7 @@ def test_noise_dose_reading_is_backed_by_its_json(load_script):
         if not (DOCS / name).is_file():
             continue
         data = results.read_json(str(DOCS / name))
-        mine = [sentence for sentence, sources in found if sources[0] is not None and sources[0] == data]
+        mine = [sentence for sentence, sources in found if sources[0] == data]
         assert len(mine) >= len(data["cells"]) + len(data["breaking_point"])  # a reading per cell and per lr
         assert all(sentence in blocks[block] for sentence in mine)  # the block carries these sentences
 
