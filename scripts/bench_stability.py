@@ -280,8 +280,10 @@ def objective_settings(study: dict, fields: dict, name: str) -> dict:
     return {**settings, **own}
 
 
-def make_trainer(settings: dict, seed: int, model_path: str, output_dir: str, max_steps: int, train_dataset):
-    """The StableDRLTrainer of one run: the study's CPU settings plus `settings` (`run_settings`), from the SFT start."""
+def make_trainer(settings: dict, seed: int, model_path: str, output_dir: str, max_steps: int, train_dataset,
+                 task: str = "digit_sort"):  # fmt: skip
+    """The StableDRLTrainer of one run: the study's CPU settings plus `settings` (`run_settings`), from the SFT start,
+    rewarded by `task`'s reward functions."""
     from transformers import AutoTokenizer
 
     from stabledrl_trl import StableDRLConfig, StableDRLTrainer
@@ -303,7 +305,7 @@ def make_trainer(settings: dict, seed: int, model_path: str, output_dir: str, ma
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     return StableDRLTrainer(
         model=model_path,
-        reward_funcs=list(get_task("digit_sort").reward_funcs),
+        reward_funcs=list(get_task(task).reward_funcs),
         args=config,
         train_dataset=train_dataset,
         processing_class=tokenizer,
@@ -315,7 +317,7 @@ NOISE_SEED = 0
 
 
 def measure_noise(summary: dict, model_path: str, train_dataset, prompts: list, runs_dir: str,
-                  pairs: int = NOISE_PAIRS) -> dict:  # fmt: skip
+                  pairs: int = NOISE_PAIRS, task: str = "digit_sort") -> dict:  # fmt: skip
     """The estimator noise of each objective of a study in the study's own setting: for each objective, a trainer
     built with the run's exact settings (`summary["settings"]`) at the SFT start (theta = theta_old), its own
     rollouts of `prompts` and its own scoring (`stabledrl_trl.estimator_noise.measure_trainer_noise`). Returns
@@ -327,7 +329,7 @@ def measure_noise(summary: dict, model_path: str, train_dataset, prompts: list, 
     for name, fields in table.items():
         settings = objective_settings(study, fields, name)
         trainer = make_trainer(settings, NOISE_SEED, model_path, os.path.join(runs_dir, f"noise-{name}"), 1,
-                               train_dataset)  # fmt: skip
+                               train_dataset, task)  # fmt: skip
         clip_c = float(fields.get("clip_c", 5.0))
         out[name] = measure_trainer_noise(trainer, prompts, pairs=pairs, seed=NOISE_SEED, clip_c=clip_c)
         print(f"noise {name}: log-ratio sd {out[name]['log_ratio_sd']:.4f}, largest weight "
@@ -341,19 +343,22 @@ def measure_noise(summary: dict, model_path: str, train_dataset, prompts: list, 
     }
 
 
-def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset, before=None):
+def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset, before=None, task="digit_sort",
+              metric=None):  # fmt: skip
     """Train one objective with one seed; returns its summary. `before`: the accuracy record of the SFT model
-    (the same for every run; measured here when None)."""
+    (the same for every run; measured here when None). `task`: the task whose rewards train; `metric`: the reward
+    function whose held-out mean is the accuracy (None: the task's correctness reward)."""
     from transformers import TrainerCallback
 
     from stabledrl_trl.diffusion.sampler_settings import SamplerSettings
     from stabledrl_trl.evaluation import evaluate_draws
     from stabledrl_trl.tasks import get_task
 
-    task = get_task("digit_sort")
+    graded = metric if metric is not None else get_task(task)
     settings = run_settings(fields, name, args)
     trainer = make_trainer(
-        settings, seed, model_path, os.path.join(args.runs_dir, f"{name}-seed{seed}"), args.max_steps, train_dataset
+        settings, seed, model_path, os.path.join(args.runs_dir, f"{name}-seed{seed}"), args.max_steps, train_dataset,
+        task,
     )
     config, tokenizer = trainer.args, trainer.processing_class
     records: dict[int, dict] = {}
@@ -363,7 +368,7 @@ def train_one(name, fields, seed, model_path, args, train_dataset, test_dataset,
         was_training = model.training
         model.eval()
         records[step] = evaluate_draws(
-            model, tokenizer, test_dataset, task, draws=args.eval_draws, seed=EVAL_SEED, greedy=greedy,
+            model, tokenizer, test_dataset, graded, draws=args.eval_draws, seed=EVAL_SEED, greedy=greedy,
             settings=SamplerSettings.from_config(config), batch_size=128, progress=False,
         )  # fmt: skip
         model.train(was_training)

@@ -12,8 +12,14 @@ no test answer (a multiset of digits) ever appears in training; the first `TRAIN
 stream that fall in the train split form it, the first `TEST_ROWS` (2,000) test strings the test split. The split
 never depends on the `seed` argument, which only picks `num_samples` rows (seeded shuffle).
 
-Rewards and grading are `digit_sort`'s: correctness 1.0 when the completion with whitespace removed equals the
-sorted digits exactly, else 0.0; format 0.25 when it is a permutation of the given digits.
+Rewards: `digit_sort`'s correctness (1.0 when the completion with whitespace removed equals the sorted digits
+exactly, else 0.0) and format (0.25 when it is a permutation of the given digits), plus a partial-credit reward
+(`digit_sort_long_partial_reward`): the length of the longest common subsequence of the completion (whitespace
+removed) and the sorted digits, divided by the longer of the two. On 32-64-token answers an exact match is rare for
+a small model, so with the first two alone most groups of completions earn equal rewards and give RL no signal; the
+partial reward is graded like the official Sudoku reward (the share of the answer that is right). It is 1.0 exactly
+when the answer is correct, (n - 1) / n for a sorted answer missing one of n digits or with one extra, and 0.0 for
+an empty completion. Held-out grading (the correctness reward) stays exact match.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import random
 import zlib
 
 from . import get_task, register_task
-from .common import choose_format, format_dataset, take_samples
+from .common import choose_format, completion_to_text, format_dataset, reward_column, take_samples
 from .digit_sort import (
     SYSTEM_PROMPT,
+    extract_answer,
     format_example,
     sort_digits,
 )
@@ -56,6 +63,30 @@ def split_digit_strings(split: str, rows: int | None = None) -> list[str]:
     return out
 
 
+def common_subsequence_length(a: str, b: str) -> int:
+    """Length of the longest common subsequence of two strings (dynamic programming, O(len(a) x len(b)))."""
+    previous = [0] * (len(b) + 1)
+    for x in a:
+        current = [0]
+        for j, y in enumerate(b):
+            current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
+        previous = current
+    return previous[-1]
+
+
+def digit_sort_long_partial_reward(prompts, completions, **kwargs) -> list[float | None]:
+    """LCS(completion with whitespace removed, sorted digits) / the longer length: 1.0 only when exactly right."""
+    answers = reward_column(kwargs, "answer", len(completions), "digit_sort_long_partial_reward")
+    rewards: list[float | None] = []
+    for completion, gold in zip(completions, answers):
+        if gold is None:
+            rewards.append(None)
+            continue
+        answer, gold = extract_answer(completion_to_text(completion)) or "", str(gold)
+        rewards.append(common_subsequence_length(answer, gold) / max(len(answer), len(gold), 1))
+    return rewards
+
+
 def load_digit_sort_long(
     split: str = "train",
     *,
@@ -83,12 +114,14 @@ def load_digit_sort_long(
     return format_dataset(rows, formatter, instructions)
 
 
-# digit_sort's rewards, prompt and grading (registered when .digit_sort was imported above), with its own data.
+# digit_sort's rewards (plus the partial one), prompt and grading (registered when .digit_sort was imported above),
+# with its own data.
 register_task(
     dataclasses.replace(
         get_task("digit_sort"),
         name="digit_sort_long",
         loader=load_digit_sort_long,
+        reward_funcs=(*get_task("digit_sort").reward_funcs, digit_sort_long_partial_reward),
         description="sort 31-63 digits ascending: 32-64 scored tokens per answer (generated, no download)",
     )
 )

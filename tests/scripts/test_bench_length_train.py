@@ -1,65 +1,110 @@
-"""scripts/bench_length_train.py: the cost projection, the learning-signal means and the reading, by hand."""
+"""scripts/bench_length_train.py: the per-objective extras by hand, the reading backed by its JSON, the arguments,
+and a miniature study end to end (kept runs reused)."""
+
+import json
+import math
 
 import pytest
 
 from stabledrl_trl import claims
 
 
-def _data(seconds_per_step, load_script):
-    bench = load_script("bench_length_train")
-    objectives = {}
-    for name, extra in (("grpo_seq", 0.0), ("stable_drl", 0.1)):
-        step = seconds_per_step + extra
-        objectives[name] = {"seconds_per_step": step, **bench.projection(step, 300, 3, 2),
-                            "correctness_mean": 0.0, "format_mean": 0.125, "equal_reward_group_frac": 0.75,
-                            "completion_mean_length": 12.5}  # fmt: skip
-    study = {**load_script("bench_stability").STUDY, **bench.LONG}
-    return bench, {
-        "provenance": {"commit": "abc", "dirty": False, "command": "python scripts/bench_length_train.py",
-                       "versions": {"python": "3", "torch": "t", "transformers": "x", "trl": "y"}},
-        "settings": {"study": study, "objectives": list(objectives), "steps": 4, "run_steps": 300, "seeds": 3,
-                     "prompts_per_step": 4, "budget_seconds": 120.0, "budget_minutes": 2.0, "num_threads": 1,
-                     "sft": {"max_steps": 160}},
-        "sft_seconds": 30.0, "objectives": objectives, "seconds": 90.0,
+def _run(objective, seed, curve, weight_max, noise_std, distance):
+    return {
+        "objective": objective, "seed": seed, "accuracy_before": curve[0], "accuracy_after": curve[-1],
+        "accuracy_best": max(curve), "accuracies": {str(20 * i): v for i, v in enumerate(curve)},
+        "grad_norm": [0.5, 0.7], "weight_max": weight_max, "param_distance": {"l2": distance, "relative": 0.01},
+        "diagnostics": {"estimator_noise_std": noise_std, "log_ratio_std": None, "equal_reward_group_frac": 0.25},
+        "seconds": 60.0, "greedy_before": 0.4, "greedy_after": 0.5,
     }  # fmt: skip
 
 
-def test_projection_and_signal_by_hand(load_script):
-    bench = load_script("bench_length_train")
-    p = bench.projection(2.0, 300, 3, 2)
-    assert p == {"projected_run_seconds": 600.0, "projected_run_minutes": 10.0, "projected_study_minutes": 60.0}
-    history = [
-        {"rewards/digit_sort_correctness_reward/mean": 0.0, "rewards/digit_sort_format_reward/mean": 0.25,
-         "frac_reward_zero_std": 1.0, "completions/mean_length": 10.0, "loss": 0.1},
-        {"loss": 0.2},  # an inner step without rollout metrics
-        {"rewards/digit_sort_correctness_reward/mean": 0.5, "rewards/digit_sort_format_reward/mean": 0.0,
-         "frac_reward_zero_std": 0.5, "completions/mean_length": 20.0},
-    ]  # fmt: skip
-    assert bench.signal(history) == {"correctness_mean": 0.25, "format_mean": 0.125, "equal_reward_group_frac": 0.75,
-                                     "completion_mean_length": 15.0}  # fmt: skip
-    assert bench.signal([{"loss": 1.0}])["format_mean"] is None
+def _data(load_script):
+    bench, dose = load_script("bench_length_train"), load_script("bench_noise_dose")
+    runs = [
+        _run("grpo_seq", 0, [0.30, 0.32, 0.33, 0.35], 3.0, 0.20, 1.0),
+        _run("grpo_seq", 1, [0.30, 0.31, 0.36, 0.34], 4.5, 0.30, 1.2),
+        _run("grpo_seq", 2, [0.30, 0.25, 0.20, 0.10], 9.0, 0.25, 1.4),  # collapses: below 0.28 three times
+        _run("stable_drl", 0, [0.30, 0.34, 0.36, 0.40], 2.0, 0.22, 1.1),
+        _run("stable_drl", 1, [0.30, 0.33, 0.37, 0.41], 6.0, None, 1.3),
+        _run("stable_drl", 2, [0.30, 0.33, 0.38, 0.39], 2.5, 0.26, 1.2),
+    ]
+    records = [{**dose.run_record(r, 0.02, 3), "kept": False} for r in runs]
+    summary = dose.cell_summary(records, 0.01, 3)
+    for name, entry in summary["objectives"].items():
+        entry.update(bench.objective_extras([r for r in runs if r["objective"] == name]))
+    study = {**load_script("bench_stability").STUDY, **bench.LONG}
+    noise = {name: {"log_ratio_sd": sd, "weight_max": w, "scored_tokens_mean": 47.5}
+             for name, sd, w in (("grpo_seq", 0.41, 3.2), ("stable_drl", 0.43, 3.6))}  # fmt: skip
+    data = {
+        "provenance": {"commit": "abc", "dirty": False, "command": "python scripts/bench_length_train.py",
+                       "versions": {"python": "3", "torch": "t", "transformers": "x", "trl": "y"}},
+        "settings": {"task": "digit_sort_long", "study": study, "objectives": ["grpo_seq", "stable_drl"],
+                     "seeds": [0, 1, 2], "max_steps": 60, "eval_every": 20, "eval_samples": 64, "eval_draws": 2,
+                     "score": "held-out mean partial reward", "collapse": {"margin": 0.02, "evals": 3},
+                     "flat": {"delta": 0.01, "evals": 3}, "noise_pairs": 256, "sft": {"max_steps": 800}},
+        "noise": {"pairs": 256, "objectives": noise}, "runs": records, "summary": summary, "start_score": 0.30,
+        "seconds": 400.0,
+    }  # fmt: skip
+    return bench, data
 
 
-@pytest.mark.parametrize("seconds_per_step, over", [(2.0, True), (0.2, False)])
-def test_reading_follows_the_budget_and_is_backed_by_the_json(load_script, seconds_per_step, over):
-    bench, data = _data(seconds_per_step, load_script)
+def test_objective_extras_by_hand(load_script):
+    bench, data = _data(load_script)
+    grpo, sd = data["summary"]["objectives"]["grpo_seq"], data["summary"]["objectives"]["stable_drl"]
+    assert grpo["weight_max_in_training"] == 9.0 and sd["weight_max_in_training"] == 6.0
+    assert grpo["estimator_noise_std"] == pytest.approx(0.25) and sd["estimator_noise_std"] == pytest.approx(0.24)
+    assert grpo["log_ratio_std"] is None and grpo["equal_reward_group_frac"] == pytest.approx(0.25)
+    assert (grpo["collapsed"], sd["collapsed"]) == (1, 0)
+    assert sd["final_vs_grpo_seq"]["mean"] == pytest.approx((0.05 + 0.07 + 0.29) / 3)
+
+
+def test_reading_is_backed_by_its_json_and_names_the_comparison(load_script):
+    bench, data = _data(load_script)
     lines = bench.reading(data)
-    worst = data["objectives"]["stable_drl"]  # the slower one sets the projection
-    assert f"{worst['projected_run_minutes']:.3g} min" in lines[1]
-    assert ("were not trained on digit_sort_long" in lines[1]) == over
-    assert "0.750 of the groups with all rewards equal" in lines[2] and len(lines) == 4
-    assert "no gradient at all" not in lines[2]
-    data["objectives"]["grpo_seq"]["equal_reward_group_frac"] = 1.0  # every group equal: no learning signal
-    assert "1.000 of the groups" in bench.reading(data)[2] and "no gradient at all" in bench.reading(data)[2]
+    assert len(lines) == 4  # the noise of each objective, the comparison, the curve's state
+    assert "sd 0.410 and largest weight 3.2" in lines[0] and "largest weight any step logged was 9" in lines[0]
+    assert "collapsed runs stable_drl 0 of 3, grpo_seq 1 of 3" in lines[2]
+    assert "stable_drl - grpo_seq final +0.137" in lines[2]
+    assert "still rising" in lines[3] and "rank how fast" in lines[3]  # stable_drl rose 0.38 -> 0.40 at the end
     for sentence in lines:
-        assert claims.check_sentence(sentence, [data]) == []
-    assert "Generated by `python scripts/bench_length_train.py`" in bench.render(data)
+        assert claims.check_sentence(sentence, [data], (bench.ALPHA,)) == []
+    block = bench.render(data)
+    assert all(sentence in block for sentence in lines)
+    assert "| stable_drl | 0.430 | 3.6 | 6 |" in block
+    assert "Generated by `python scripts/bench_length_train.py`" in block
 
 
 def test_arguments_are_checked(load_script):
     bench = load_script("bench_length_train")
-    assert bench.parse_args([]).steps == 4
-    with pytest.raises(SystemExit, match="--steps 0"):
-        bench.parse_args(["--steps", "0"])
-    with pytest.raises(SystemExit, match="--budget-seconds"):
-        bench.parse_args(["--budget-seconds", "0"])
+    args = bench.parse_args([])
+    assert (args.max_steps, args.eval_every, args.seeds, args.objectives) == (120, 20, [0, 1, 2], ["grpo_seq", "stable_drl"])
+    for bad, message in ((["--max-steps", "0"], "--max-steps 0"), (["--max-steps", "30"], "not a multiple"),
+                         (["--noise-pairs", "12"], "multiple of 8"), (["--seeds", "1", "1"], "each seed once")):  # fmt: skip
+        with pytest.raises(SystemExit, match=message):
+            bench.parse_args(bad)
+
+
+@pytest.mark.slow
+def test_miniature_study_end_to_end_and_kept_runs_reused(load_script, tmp_path):
+    bench = load_script("bench_length_train")
+    page = tmp_path / "page.md"
+    page.write_text("<!-- length_train:start -->\n<!-- length_train:end -->\n")
+    argv = ["--output-dir", str(tmp_path / "out"), "--page", str(page), "--runs-dir", str(tmp_path / "runs"),
+            "--sft-cache-dir", str(tmp_path / "sft"), "--sft-steps", "4", "--seeds", "0", "1", "--max-steps", "2",
+            "--eval-every", "2", "--eval-samples", "4", "--eval-draws", "1", "--noise-pairs", "16"]  # fmt: skip
+    data = bench.main(argv)
+    on_disk = json.loads((tmp_path / "out" / "bench_length_train.json").read_text())
+    assert on_disk["settings"]["study"]["max_completion_length"] == 64 and on_disk["settings"]["task"] == "digit_sort_long"
+    assert len(on_disk["runs"]) == 4 and not any(r["kept"] for r in on_disk["runs"])
+    for r in on_disk["runs"]:
+        assert sorted(int(k) for k in r["accuracies"]) == [0, 2] and 0.0 <= r["final"] <= 1.0
+        assert math.isfinite(r["param_distance"]["l2"])
+    assert len({r["start"] for r in on_disk["runs"]}) == 1  # one warm-up: the same start for every run
+    noise = on_disk["noise"]["objectives"]
+    assert set(noise) == {"grpo_seq", "stable_drl"} and noise["stable_drl"]["estimator_block_size"] == 8
+    assert noise["stable_drl"]["log_ratio_sd"] > 0
+    assert bench.render(on_disk) in page.read_text()
+    again = bench.main(argv)  # every run kept: nothing trained again, the same results
+    assert all(r["kept"] for r in again["runs"])
+    assert [r["final"] for r in again["runs"]] == [r["final"] for r in data["runs"]]
