@@ -47,7 +47,8 @@ steps; `dose-k-lr`: those cells plus K = 8 and K = 1 without added noise and lr 
 whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 
 Resuming and splitting: every finished run is kept in its folder under `--runs-dir` (`noise_dose_run.json`, with
-the settings it depends on) and reused by a later invocation with the same settings (the runs are deterministic).
+the settings it depends on) and reused by a later invocation with the same settings (the runs are deterministic on
+one machine; on another machine rounding can differ, and `compare_reruns` records how far runs trained again agree).
 So an interrupted study resumes, and a study can be split between processes by cells, each writing to a scratch
 `--output-dir`, then written in full by one last invocation over the same `--runs-dir`:
 
@@ -537,7 +538,7 @@ def reading(data: dict) -> list[str]:
     """Every sentence of interpretation of the block (`cell_reading` of each cell, the breaking point), rendered
     from the JSON; tests/scripts/test_interpretation.py checks each against it (`stabledrl_trl.claims`)."""
     out = [x for c in data["cells"] for x in cell_reading(c, data["settings"]["flat"])]
-    return out + breaking_point_sentences(data)
+    return out + breaking_point_sentences(data) + rerun_sentences(data)
 
 
 def breaking_point_sentences(data: dict) -> list[str]:
@@ -557,6 +558,67 @@ def breaking_point_sentences(data: dict) -> list[str]:
             f"lr {lr}: smallest measured noise sd at which {REFERENCE} collapses in most seeds and stable_drl in none: "
             f"{sd:.3f} ({REFERENCE} {o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} seeds, stable_drl "
             f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']})."
+        )
+    return lines
+
+
+def shared_runs(data: dict, other: dict) -> list[tuple[dict, dict]]:
+    """(run of `other`, run of `data`) pairs of the same cell (K, added noise, lr), objective and seed, when the two
+    studies ran with the same study settings, steps and evaluation (so the pair is one run trained twice)."""
+    keys = ("study", "max_steps", "eval_every", "eval_samples", "eval_draws")
+    if any(data.get("settings", {}).get(k) != other.get("settings", {}).get(k) for k in keys):
+        return []
+
+    def runs(study):
+        return {(c["mc_samples"], c["added_noise_std"], c["learning_rate"], r["objective"], r["seed"]): r
+                for c in study.get("cells", []) for r in c["runs"]}  # fmt: skip
+
+    mine, theirs = runs(data), runs(other)
+    return [(theirs[k], mine[k]) for k in theirs if k in mine]
+
+
+def compare_reruns(data: dict, others: dict[str, dict]) -> list[dict]:
+    """For each other study sharing runs with `data` (`shared_runs`), how the runs trained again compare: how many
+    start from and end at the same accuracy, and per objective the mean final accuracy and the collapsed runs in
+    each. Stored in the study's JSON (`reruns`) when it is written, so the sentences are backed by it."""
+    out = []
+    for other in others.values():
+        pairs = shared_runs(data, other)
+        if not pairs:
+            continue
+        objectives = {}
+        for name in dict.fromkeys(a["objective"] for a, _ in pairs):
+            mine = [(a, b) for a, b in pairs if a["objective"] == name]
+            k = len(mine)
+            objectives[name] = {
+                "runs": k,
+                "final_there": sum(a["final"] for a, _ in mine) / k,
+                "final_here": sum(b["final"] for _, b in mine) / k,
+                "collapsed_there": sum(a["collapsed"] for a, _ in mine),
+                "collapsed_here": sum(b["collapsed"] for _, b in mine),
+            }
+        out.append({
+            "study": other.get("preset"), "commit": other.get("provenance", {}).get("commit"), "runs": len(pairs),
+            "same_start": sum(a["start"] == b["start"] for a, b in pairs),
+            "same_final": sum(a["final"] == b["final"] for a, b in pairs), "objectives": objectives,
+        })  # fmt: skip
+    return out
+
+
+def rerun_sentences(data: dict) -> list[str]:
+    """A sentence per entry of the study's `reruns` (`compare_reruns`)."""
+    lines = []
+    for r in data.get("reruns", []):
+        n = r["runs"]
+        parts = [
+            f"{name} mean final {o['final_there']:.3f} there and {o['final_here']:.3f} here, collapsed "
+            f"{o['collapsed_there']} and {o['collapsed_here']} of {o['runs']}"
+            for name, o in r["objectives"].items()
+        ]
+        lines.append(
+            f"{n} runs here train again runs of the `{r['study']}` study (same cell, objective, seed and settings): "
+            f"{r['same_start']} of {n} start from the same accuracy and {r['same_final']} of {n} end at the same "
+            f"final accuracy; {'; '.join(parts)}."
         )
     return lines
 
@@ -663,6 +725,10 @@ def main(argv=None) -> dict:
         return blocks
     data = run(args, argv)
     json_name, block = outputs(args.preset)
+    others = {b: d for b, d in committed_studies(args.output_dir).items() if b != block}
+    reruns = compare_reruns(data, others)  # runs another committed study also trained
+    if reruns:
+        data["reruns"] = reruns
     results.write_json(os.path.join(args.output_dir, json_name), data)
     print(render(data))
     if args.page is not None or os.path.abspath(args.output_dir) == os.path.abspath(

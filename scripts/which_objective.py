@@ -12,7 +12,9 @@ Sources (each read from `--docs-dir`, default docs/; a reading whose JSON is mis
   and d1's diffu-GRPO, against the same GRPO runs;
 - `bench_noise_dose.json`: GRPO against StableDRL at added log-ratio noise of known size, with collapse defined;
 - `bench_noise_dose_long.json`: the same for GRPO and StableDRL over 480 steps (four times as long);
-- `bench_length_noise.json`: the weights' size on 32-64-token answers, per-token mean against sum.
+- `bench_noise_dose_long_all.json`: every objective over 480 steps in the long study's breaking cell;
+- `bench_length_noise.json`: the weights' size on 32-64-token answers, per-token mean against sum;
+- `bench_length_train.json`: GRPO against StableDRL trained on those long answers.
 
 Every sentence carries the figures and the comparison it rests on (`interpretation_sentences` gives each with the
 JSONs it is read from; tests/scripts/test_interpretation.py checks every number against them). Which bucket a
@@ -39,7 +41,9 @@ SOURCES = {
     "controls2": "bench_stability_controls2_summary.json",
     "dose": "bench_noise_dose.json",
     "long": "bench_noise_dose_long.json",
+    "long_all": "bench_noise_dose_long_all.json",
     "length": "bench_length_noise.json",
+    "length_train": "bench_length_train.json",
 }
 REFERENCE = "grpo_seq"
 # How the sentences name the study objectives.
@@ -161,13 +165,36 @@ def length_reading(src: dict) -> list[tuple[str, str, list[dict]]]:
     row = max((r for r in rows if r["scored_tokens_mean"] == longest), key=lambda r: r["mean_form"]["weight_max"])
     m, s = row["mean_form"], row["sum_form"]
     return [("not", (
-        f"On answers of {row['scored_tokens_mean']:.1f} scored tokens (digit_sort_long, {row['setting']}, "
-        f"before any RL), "
+        f"On gold answers of {row['scored_tokens_mean']:.1f} scored tokens (digit_sort_long, {row['setting']}, "
+        f"scored by a {length['settings']['long_sft']['max_steps']}-step warm-up, before any RL), "
         f"the per-token mean ratio that this trainer and the official code use gives at most {m['weight_max']:.3g} of "
         f"{row['pairs']} pure-noise weights, {m['frac_above_clip_c']:.3f} of them above C = "
         f"{length['settings']['clip_c']:g}, where a sum over tokens of the same pairs reaches {s['weight_max']:.3g}: "
-        f"at this scale the clip has little to cut."
+        f"for these pairs the clip has little to cut."
     ), [length])]  # fmt: skip
+
+
+def length_train_reading(src: dict) -> list[tuple[str, str, list[dict]]]:
+    """(bucket, sentence, sources): StableDRL against GRPO trained on the long task (`bench_length_train.json`)."""
+    data = src.get("length_train")
+    if data is None:
+        return []
+    o = data["summary"]["objectives"]
+    if REFERENCE not in o or "stable_drl" not in o or not o["stable_drl"].get(f"final_vs_{REFERENCE}"):
+        return []
+    ref, sd = o[REFERENCE], o["stable_drl"]
+    bucket, phrase = _lead(sd[f"final_vs_{REFERENCE}"], "StableDRL")
+    if ref["collapsed"] * 2 > ref["seeds"] and sd["collapsed"] == 0:
+        bucket = "helps"
+    noise = data["noise"]["objectives"][REFERENCE]
+    return [(bucket, (
+        f"Trained on digit_sort_long (the model's own rollouts {noise['scored_tokens_mean']:.1f} scored tokens long "
+        f"on average at the start, pure-noise log-ratio sd {noise['log_ratio_sd']:.3f}, largest weight "
+        f"{noise['weight_max']:.3g}; {data['settings']['max_steps']} steps, {sd['seeds']} seeds, held-out partial "
+        f"reward), {phrase}; collapsed runs GRPO {ref['collapsed']} of {ref['seeds']}, StableDRL {sd['collapsed']} "
+        f"of {sd['seeds']}; the largest weight a training step logged: GRPO {ref['weight_max_in_training']:.3g}, "
+        f"StableDRL {sd['weight_max_in_training']:.3g}."
+    ), [data])]  # fmt: skip
 
 
 def _collapsed_runs(cell: dict, seeds: int) -> str:
@@ -237,6 +264,17 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
             "At the low noise of the estimators themselves StableDRL led GRPO in every setting measured ("
             + "; ".join(f"{t['mean']:+.3f} at sd {sd:.3f}" for sd, t, _ in leads) + ")."
         ), [x[2] for x in leads]))  # fmt: skip
+    long_all = src.get("long_all")
+    if long_all is not None:
+        for c in long_all["cells"]:
+            objectives = c["summary"]["objectives"]
+            seeds = objectives[REFERENCE]["seeds"] if REFERENCE in objectives else len(long_all["settings"]["seeds"])
+            finals = ", ".join(f"{OBJECTIVE_NAMES.get(n, n)} {x['final']:.3f}" for n, x in objectives.items())
+            out.append(("when", (
+                f"Over {long_all['settings']['max_steps']} steps at sd {c['noise_sd']:.3f} (K = {c['mc_samples']}, "
+                f"added sd {c['added_noise_std']:g}, lr {c['learning_rate']:g}, {seeds} seeds) the runs that "
+                f"collapsed: {_collapsed_runs(c, seeds)}; mean final accuracy {finals}."
+            ), [long_all]))  # fmt: skip
     main, controls2 = src.get("main"), src.get("controls2")
     if main and controls2 and "diffu_grpo" in controls2["comparisons"] and "stable_drl" in main["comparisons"]:
         t = controls2["comparisons"]["diffu_grpo"]["t_test"]
@@ -252,7 +290,8 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
 
 
 def readings(src: dict) -> list[tuple[str, str, list[dict]]]:
-    return study_readings(src) + dose_readings(src) + length_reading(src) + recommendations(src)
+    return (study_readings(src) + dose_readings(src) + length_reading(src) + length_train_reading(src)
+            + recommendations(src))  # fmt: skip
 
 
 HEADINGS = {

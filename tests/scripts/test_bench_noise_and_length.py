@@ -304,3 +304,36 @@ def test_noise_dose_long_preset_writes_its_own_json_and_block(load_script, tmp_p
     bench.main(["--readme-only", "--output-dir", str(tmp_path), "--page", str(page)])
     blocks = results.marked_blocks(page.read_text())
     assert {k: v.strip() for k, v in blocks.items()} == {"noise_dose": "rendered dose-k-lr", "noise_dose_long": "rendered long"}
+
+
+def test_rerun_sentences_compare_the_runs_two_studies_share_by_hand(load_script):
+    bench = load_script("bench_noise_dose")
+    settings = {"study": {"mc_samples": 2}, "max_steps": 480, "eval_every": 20, "eval_samples": 256, "eval_draws": 2}
+
+    def run(objective, seed, start, final, collapsed):
+        return {"objective": objective, "seed": seed, "start": start, "final": final, "collapsed": collapsed}
+
+    def study(preset, runs, mc=2):
+        return {"preset": preset, "settings": settings,
+                "cells": [{"mc_samples": mc, "added_noise_std": 0.5, "learning_rate": 5e-5, "runs": runs}]}  # fmt: skip
+
+    long = study("long", [run("grpo_seq", 0, 0.25, 0.0, True), run("grpo_seq", 1, 0.25, 0.0, True),
+                          run("stable_drl", 0, 0.25, 0.40, False), run("stable_drl", 1, 0.25, 0.50, False)])  # fmt: skip
+    again = study("long-all", [run("grpo_seq", 0, 0.25, 0.0, True), run("grpo_seq", 1, 0.25, 0.1, False),
+                               run("stable_drl", 0, 0.25, 0.40, False), run("stable_drl", 1, 0.25, 0.44, False),
+                               run("dgpo", 0, 0.25, 0.3, False)])  # fmt: skip
+    assert len(bench.shared_runs(again, long)) == 4  # dgpo has no counterpart
+    again["reruns"] = bench.compare_reruns(again, {"noise_dose_long": long})
+    assert again["reruns"][0]["objectives"]["grpo_seq"] == {"runs": 2, "final_there": 0.0, "final_here": 0.05,
+                                                            "collapsed_there": 2, "collapsed_here": 1}  # fmt: skip
+    (line,) = bench.rerun_sentences(again)
+    assert line == (
+        "4 runs here train again runs of the `long` study (same cell, objective, seed and settings): 4 of 4 start from "
+        "the same accuracy and 2 of 4 end at the same final accuracy; grpo_seq mean final 0.000 there and 0.050 "
+        "here, collapsed 2 and 1 of 2; stable_drl mean final 0.450 there and 0.420 here, collapsed 0 and 0 of 2."
+    )
+    assert claims.check_sentence(line, [again]) == []
+    # other settings, or another cell: nothing shared, nothing said
+    assert bench.compare_reruns(again, {"b": {**long, "settings": {**settings, "max_steps": 120}}}) == []
+    assert bench.compare_reruns(study("x", again["cells"][0]["runs"], mc=8), {"noise_dose_long": long}) == []
+    assert bench.rerun_sentences({"cells": []}) == []
