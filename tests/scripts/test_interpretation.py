@@ -192,3 +192,25 @@ def test_stability_prose_states_no_comparison_without_a_figure():
             lowered = sentence.lower()
             hits = [w for w in COMPARATIVES if w in lowered]
             assert not hits, f"{name}: {hits} stated outside a rendered block (render it from the JSON): {sentence!r}"
+
+
+def test_which_objective_long_task_reading_follows_the_numbers(load_script):
+    script = load_script("which_objective")
+    t = {"mean": 0.12, "p": 0.01, "t": 4.0, "df": 2}
+    data = {
+        "settings": {"max_steps": 120},
+        "noise": {"objectives": {"grpo_seq": {"scored_tokens_mean": 21.5, "log_ratio_sd": 1.148, "weight_max": 506.0}}},
+        "summary": {"objectives": {
+            "grpo_seq": {"collapsed": 2, "seeds": 3, "weight_max_in_training": 810.0},
+            "stable_drl": {"collapsed": 0, "seeds": 3, "weight_max_in_training": 95.0, "final_vs_grpo_seq": t},
+        }},
+    }  # fmt: skip
+    ((bucket, sentence, sources),) = script.length_train_reading({"length_train": data})
+    assert bucket == "helps" and sources == [data]
+    assert "ends ahead of sequence-level GRPO by 0.120" in sentence and "GRPO 2 of 3, StableDRL 0 of 3" in sentence
+    assert "GRPO 810, StableDRL 95" in sentence and claims.check_sentence(sentence, [data], (script.ALPHA,)) == []
+    t.update(mean=-0.05, p=0.4)  # no significant difference, and GRPO holds: not where StableDRL helps
+    data["summary"]["objectives"]["grpo_seq"]["collapsed"] = 0
+    ((bucket, sentence, _),) = script.length_train_reading({"length_train": data})
+    assert bucket == "not" and "no significant difference (-0.050" in sentence
+    assert script.length_train_reading({}) == []
