@@ -195,11 +195,17 @@ def reading(data: dict) -> list[str]:
     s, o = data["settings"], data["summary"]["objectives"]
     noise = data["noise"]["objectives"]
     lines = []
+    groups: dict[tuple, list[str]] = {}  # objectives scoring alike measure the same noise: one sentence for them
     for name, n in noise.items():
+        groups.setdefault((n["log_ratio_sd"], n["weight_max"], n.get("scored_tokens_mean")), []).append(name)
+    for (sd_, weight, tokens), names in groups.items():
+        length = "" if tokens is None else f" ({tokens:.1f} scored tokens on average)"
         lines.append(
-            f"At the warm-up, {name}'s pure-noise log-ratio on its own rollouts of the long task has sd "
-            f"{n['log_ratio_sd']:.3f} and largest weight {n['weight_max']:.3g} ({data['noise']['pairs']} pairs); over "
-            f"training the largest weight any step logged was {_f(o[name]['weight_max_in_training'], '{:.3g}')}."
+            f"At the warm-up, the pure-noise log-ratio of the model's own rollouts{length} scored as "
+            f"{' and '.join(names)} score{'s' if len(names) == 1 else ''} has sd {sd_:.3f} and largest weight "
+            f"{weight:.3g} ({data['noise']['pairs']} pairs); the largest weight any training step logged: "
+            + ", ".join(f"{x} {_f(o[x]['weight_max_in_training'], '{:.3g}')}" for x in names)
+            + "."
         )
     ref, sd = o.get(REFERENCE), o.get("stable_drl")
     if ref is not None and sd is not None:
@@ -247,7 +253,7 @@ def render(data: dict) -> str:
     trained = sum(r["seconds"] or 0.0 for r in data["runs"]) / 60
     wall = f"Wall time {data['seconds'] / 60:.1f} min; training the {len(data['runs'])} runs took {trained:.1f} min"
     wall += f" ({kept} kept from earlier invocations over the same --runs-dir). " if kept else ". "
-    return "\n".join([head, "", table(data), "", *reading(data), "", wall + results.provenance_line(data)])
+    return "\n".join([head, "", table(data).rstrip("\n"), "", *reading(data), "", wall + results.provenance_line(data)])
 
 
 def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, list[dict]]]:

@@ -1,7 +1,7 @@
 """Which objective when: where StableDRL helps at this scale, where it does not, and which objective to use when,
 rendered from the committed study JSONs (no run of its own).
 
-    python scripts/which_objective.py --write-readme     # rewrite the which_objective block of docs/results.md
+    python scripts/which_objective.py --write-readme     # rewrite its blocks (docs/results.md, README.md)
     python scripts/which_objective.py                    # print it
 
 Sources (each read from `--docs-dir`, default docs/; a reading whose JSON is missing is left out):
@@ -315,15 +315,26 @@ def render(src: dict) -> str:
     return text + f"Rendered by `python scripts/which_objective.py --write-readme` from {sources}.\n"
 
 
+BRIEF_BLOCK = "which_objective_brief"
+
+
+def render_brief(src: dict) -> str:
+    """The README's short form: the "which objective when" readings alone, with the sources' commits."""
+    lines = [f"- {sentence}" for b, sentence, _ in readings(src) if b == "when"]
+    commits = ", ".join(f"`{SOURCES[k]}` ({str(src[k]['provenance'].get('commit'))[:10]})" for k in SOURCES if k in src)
+    return "\n".join(lines) + f"\n\nRendered by `python scripts/which_objective.py --write-readme` from docs/ {commits}.\n"
+
+
 def interpretation_sentences(docs_dir: str = results.DOCS) -> list[tuple[str, list[dict]]]:
     """(sentence, [the JSONs it is read from]) for every sentence of the block."""
     return [(sentence, sources) for _, sentence, sources in readings(load(docs_dir))]
 
 
 def readme_blocks(docs_dir: str = results.DOCS) -> dict[str, str]:
-    """{"which_objective": the block rendered from the JSONs in docs_dir} ({} when none of them is there)."""
+    """{"which_objective": the full reading (docs/results.md), "which_objective_brief": its "which objective when"
+    part (README.md)}, rendered from the JSONs in docs_dir ({} when none of them is there)."""
     src = load(docs_dir)
-    return {BLOCK: render(src)} if src else {}
+    return {BLOCK: render(src), BRIEF_BLOCK: render_brief(src)} if src else {}
 
 
 def make_parser() -> argparse.ArgumentParser:

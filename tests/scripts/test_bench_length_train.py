@@ -63,7 +63,12 @@ def test_reading_is_backed_by_its_json_and_names_the_comparison(load_script):
     bench, data = _data(load_script)
     lines = bench.reading(data)
     assert len(lines) == 4  # the noise of each objective, the comparison, the curve's state
-    assert "sd 0.410 and largest weight 3.2" in lines[0] and "largest weight any step logged was 9" in lines[0]
+    assert "(47.5 scored tokens on average) scored as grpo_seq scores has sd 0.410 and largest weight 3.2" in lines[0]
+    assert lines[0].endswith("the largest weight any training step logged: grpo_seq 9.")
+    same = {**data, "noise": {"pairs": 256, "objectives": {n: data["noise"]["objectives"]["grpo_seq"]
+                                                           for n in ("grpo_seq", "stable_drl")}}}  # fmt: skip
+    (noise_line,) = [x for x in bench.reading(same) if x.startswith("At the warm-up")]  # scored alike: one sentence
+    assert "scored as grpo_seq and stable_drl score has" in noise_line and noise_line.endswith("grpo_seq 9, stable_drl 6.")
     assert "collapsed runs stable_drl 0 of 3, grpo_seq 1 of 3" in lines[2]
     assert "stable_drl - grpo_seq final +0.137" in lines[2]
     assert "still rising" in lines[3] and "rank how fast" in lines[3]  # stable_drl rose 0.38 -> 0.40 at the end
