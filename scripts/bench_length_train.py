@@ -276,7 +276,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--page", default=None, help="page to write (default: the page holding the length_train markers)")
     p.add_argument("--runs-dir", default="outputs/bench_length_train/runs")
     p.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=OBJECTIVES)
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--max-steps", type=int, default=120, help="RL steps per run (default 120)")
     p.add_argument("--eval-every", type=int, default=20)
     p.add_argument("--eval-samples", type=int, default=64, help="held-out prompts per evaluation (default 64)")

@@ -83,7 +83,7 @@ def test_reading_is_backed_by_its_json_and_names_the_comparison(load_script):
 def test_arguments_are_checked(load_script):
     bench = load_script("bench_length_train")
     args = bench.parse_args([])
-    assert (args.max_steps, args.eval_every, args.seeds, args.objectives) == (120, 20, [0, 1, 2], ["grpo_seq", "stable_drl"])
+    assert (args.max_steps, args.eval_every, args.seeds, args.objectives) == (120, 20, [0, 1, 2, 3, 4], ["grpo_seq", "stable_drl"])
     for bad, message in ((["--max-steps", "0"], "--max-steps 0"), (["--max-steps", "30"], "not a multiple"),
                          (["--noise-pairs", "12"], "multiple of 8"), (["--seeds", "1", "1"], "each seed once")):  # fmt: skip
         with pytest.raises(SystemExit, match=message):
