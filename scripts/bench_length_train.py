@@ -127,7 +127,7 @@ def run(args, argv) -> dict:
             records.append({**dose.run_record(r, args.collapse_margin, args.collapse_evals), "kept": kept is not None})
             print(f"{name} seed {seed}: start {r['accuracy_before']:.3f} final {r['accuracy_after']:.3f} best "
                   f"{r['accuracy_best']:.3f} ({r['seconds']} s{', kept' if kept else ''})", flush=True)  # fmt: skip
-    summary = dose.cell_summary(records, args.flat_delta, args.flat_evals)
+    summary = dose.cell_summary(records, args.flat_delta, args.flat_evals, args.collapse_margin)
     for name, entry in summary["objectives"].items():
         entry.update(objective_extras([r for r in runs if r["objective"] == name]))
     return {

@@ -194,14 +194,17 @@ def run_record(run: dict, margin: float, evals: int) -> dict:
     }
 
 
-def cell_summary(records: list[dict], flat_delta: float, flat_evals: int) -> dict:
-    """Per objective: means over seeds with 95% intervals, collapsed runs, distance moved, paired tests of final
-    and AUC against REFERENCE; and whether the best objective's mean curve is flat."""
+def cell_summary(records: list[dict], flat_delta: float, flat_evals: int, margin: float = 0.02) -> dict:
+    """Per objective: means over seeds with 95% intervals, collapsed runs and how many of them ended below the start
+    - `margin` (a collapse can be a dip the run recovers from), distance moved, paired tests of final and AUC
+    against REFERENCE; and whether the best objective's mean curve is flat."""
     out, curves = {}, {}
     names = list(dict.fromkeys(r["objective"] for r in records))
     for name in names:
         runs = [r for r in records if r["objective"] == name]
-        entry = {"seeds": len(runs), "collapsed": sum(r["collapsed"] for r in runs)}
+        entry = {"seeds": len(runs), "collapsed": sum(r["collapsed"] for r in runs),
+                 "collapsed_ended_below_start": sum(r["collapsed"] and r["final"] < r["start"] - margin
+                                                    for r in runs)}  # fmt: skip
         for key in ("best", "final", "auc"):
             values = [r[key] for r in runs]
             entry[key] = sum(values) / len(values)
@@ -334,7 +337,7 @@ def run(args, argv) -> dict:
         cells.append({
             "mc_samples": k, "added_noise_std": added, "learning_rate": lr,
             "noise_sd": reference_noise["log_ratio_sd"], "noise": noise, "runs": records,
-            "summary": cell_summary(records, args.flat_delta, args.flat_evals),
+            "summary": cell_summary(records, args.flat_delta, args.flat_evals, args.collapse_margin),
         })  # fmt: skip
     return {
         "provenance": provenance,
@@ -518,6 +521,15 @@ def cell_reading(cell: dict, flat: dict) -> list[str]:
                 f"There {REFERENCE} collapses in {ref['collapsed']} of {ref['seeds']} runs and {name} in "
                 f"{e['collapsed']} of {e['seeds']}."
             )
+    recovered = [(n, e) for n, e in o.items()
+                 if "collapsed_ended_below_start" in e and e["collapsed_ended_below_start"] < e["collapsed"]]  # fmt: skip
+    if recovered:
+        out.append(
+            f"{where}, collapsed runs that recovered (ended at or above the start - the collapse margin): "
+            + "; ".join(f"{n} {e['collapsed'] - e['collapsed_ended_below_start']} of its {e['collapsed']}"
+                        for n, e in recovered)  # fmt: skip
+            + ": a dip early in training, not a lasting collapse."
+        )
     best = cell["summary"]["best_objective"]
     state = flat_state(cell["runs"], best, flat)
     if state is False:

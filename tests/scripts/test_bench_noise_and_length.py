@@ -102,6 +102,15 @@ def test_noise_dose_cell_summary_and_breaking_point(load_script):
     summary = bench.cell_summary(records, flat_delta=0.01, flat_evals=1)
     sd = summary["objectives"]["stable_drl"]
     assert summary["objectives"]["grpo_seq"]["collapsed"] == 2 and sd["collapsed"] == 0
+    assert summary["objectives"]["grpo_seq"]["collapsed_ended_below_start"] == 2  # 0.1 and 0.2, below 0.3 - 0.02
+    # a run that collapsed (a dip) and ended above its start counts as collapsed, not as ended below the start
+    dipped = [dict(r, collapsed=True) if r["seed"] == 0 else r for r in records if r["objective"] == "stable_drl"]
+    dip = bench.cell_summary(records[:3] + dipped, 0.01, 1)["objectives"]["stable_drl"]
+    assert (dip["collapsed"], dip["collapsed_ended_below_start"]) == (1, 0)
+    cell = {"noise_sd": 0.6, "mc_samples": 2, "added_noise_std": 0.5, "learning_rate": 5e-5, "runs": records[:3] + dipped,
+            "summary": bench.cell_summary(records[:3] + dipped, 0.01, 1)}  # fmt: skip
+    (line,) = [x for x in bench.cell_reading(cell, {"delta": 0.01, "evals": 1}) if "recovered" in x]
+    assert "stable_drl 1 of its 1" in line and "grpo_seq" not in line and claims.check_sentence(line, [cell]) == []
     assert sd["final"] == pytest.approx(1.4 / 3) and sd["final_vs_grpo_seq"]["mean"] == pytest.approx(0.8 / 3)
     assert sd["auc_vs_grpo_seq"]["mean"] == pytest.approx(0.2) and sd["param_distance"] == 2.0
     assert summary["best_objective"] == "stable_drl" and summary["flat"] is False  # rose from 0.3 to 0.467
