@@ -525,10 +525,11 @@ def cell_reading(cell: dict, flat: dict) -> list[str]:
                  if "collapsed_ended_below_start" in e and e["collapsed_ended_below_start"] < e["collapsed"]]  # fmt: skip
     if recovered:
         out.append(
-            f"{where}, collapsed runs that recovered (ended at or above the start - the collapse margin): "
+            f"{where}, collapsed runs that recovered (fell below the start - the collapse margin, then ended at or "
+            "above it): "
             + "; ".join(f"{n} {e['collapsed'] - e['collapsed_ended_below_start']} of its {e['collapsed']}"
                         for n, e in recovered)  # fmt: skip
-            + ": a dip early in training, not a lasting collapse."
+            + "."
         )
     best = cell["summary"]["best_objective"]
     state = flat_state(cell["runs"], best, flat)
