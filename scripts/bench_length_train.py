@@ -220,9 +220,15 @@ def reading(data: dict) -> list[str]:
                 f": stable_drl - {REFERENCE} final {final['mean']:+.3f} (p = {final['p']:.3f}, {sig} at "
                 f"{ALPHA:g}), area under the curve {auc['mean']:+.3f} (p = {auc['p']:.3f})"
             )
+        below = (
+            f" (of them ended below the start - {s['collapse']['margin']:g}: stable_drl "
+            f"{sd['collapsed_ended_below_start']}, {REFERENCE} {ref['collapsed_ended_below_start']})"
+            if "collapsed_ended_below_start" in sd and "collapsed_ended_below_start" in ref
+            else ""
+        )
         lines.append(
             line + f"; collapsed runs stable_drl {sd['collapsed']} of {sd['seeds']}, {REFERENCE} {ref['collapsed']} "
-            f"of {ref['seeds']}; weights moved (L2) {_f(sd['param_distance'], '{:.3g}')} against "
+            f"of {ref['seeds']}{below}; weights moved (L2) {_f(sd['param_distance'], '{:.3g}')} against "
             f"{_f(ref['param_distance'], '{:.3g}')}."
         )
     best = data["summary"]["best_objective"]

@@ -192,7 +192,11 @@ def length_train_reading(src: dict) -> list[tuple[str, str, list[dict]]]:
         f"on average at the start, pure-noise log-ratio sd {noise['log_ratio_sd']:.3f}, largest weight "
         f"{noise['weight_max']:.3g}; {data['settings']['max_steps']} steps, {sd['seeds']} seeds, held-out partial "
         f"reward), {phrase}; collapsed runs GRPO {ref['collapsed']} of {ref['seeds']}, StableDRL {sd['collapsed']} "
-        f"of {sd['seeds']}; the largest weight a training step logged: GRPO {ref['weight_max_in_training']:.3g}, "
+        f"of {sd['seeds']}"
+        + (f" (ended below the start - {data['settings']['collapse']['margin']:g}: GRPO "
+           f"{ref['collapsed_ended_below_start']}, StableDRL "
+           f"{sd['collapsed_ended_below_start']})" if "collapsed_ended_below_start" in sd else "")
+        + f"; the largest weight a training step logged: GRPO {ref['weight_max_in_training']:.3g}, "
         f"StableDRL {sd['weight_max_in_training']:.3g}."
     ), [data])]  # fmt: skip
 
