@@ -22,16 +22,16 @@ objective: the pure-noise log-ratio spread and largest weight at the warm-up (th
 scoring (`bench_stability.measure_noise`), the means over seeds with 95% intervals and the paired t-test against
 grpo_seq (`bench_noise_dose.cell_summary`).
 
-Every finished run is kept under `--runs-dir` with the settings it depends on and reused by a later invocation with
-the same settings (the runs are deterministic), so a study resumes and can be split between processes by
-`--objectives` / `--seeds` (each with a scratch `--output-dir`), then written in full by one last invocation.
+Every finished run is kept under `--runs-dir` with the settings it depends on (`bench_noise_dose.write_cached_run`)
+and reused by a later invocation with the same settings (the runs are deterministic on one machine), so a study
+resumes and can be split between processes by `--objectives` / `--seeds` (each with a scratch `--output-dir`), then
+written in full by one last invocation.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -50,7 +50,6 @@ REFERENCE = "grpo_seq"
 ALPHA = 0.05
 LONG = dict(max_completion_length=64, block_length=64, diffusion_steps=32, estimator_block_size=8)
 LONG_SFT = dict(max_steps=800, learning_rate=1e-3, num_samples=5000, completion_length=64)
-RUN_FILE = "length_run.json"
 
 
 def load_script(name: str):
@@ -67,14 +66,6 @@ def run_key(study: dict, objective: dict, seed: int, args) -> dict:
     return {"task": TASK, "study": study, "objective": objective, "seed": seed, "max_steps": args.max_steps,
             "eval_every": args.eval_every, "eval_samples": args.eval_samples, "eval_draws": args.eval_draws,
             "sft": {**LONG_SFT, "max_steps": args.sft_steps}}  # fmt: skip
-
-
-def read_kept_run(path: str, key: dict):
-    """(summary, before) of a run kept at `path` under the same key, else None."""
-    if not os.path.isfile(path):
-        return None
-    data = results.read_json(path)
-    return (data["summary"], data["before"]) if data.get("key") == json.loads(json.dumps(key)) else None
 
 
 def objective_extras(runs: list[dict]) -> dict:
@@ -114,13 +105,11 @@ def run(args, argv) -> dict:
     for name in args.objectives:
         for seed in args.seeds:
             key = run_key(study, table[name], seed, args)
-            path = os.path.join(args.runs_dir, f"{name}-seed{seed}", RUN_FILE)
-            kept = read_kept_run(path, key)
+            kept = dose.read_cached_run(args.runs_dir, name, seed, key)
             if kept is None:
                 r, before = bench.train_one(name, table[name], seed, model_path, run_args, train_dataset,
                                             test_dataset, before, task=TASK, metric=digit_sort_long_partial_reward)
-                results.write_json(path, {"key": key, "summary": r, "before": before})
-                r, before = read_kept_run(path, key)
+                r, before = dose.write_cached_run(args.runs_dir, name, seed, key, r, before)
             else:
                 r, before = kept
             runs.append(r)
@@ -250,7 +239,8 @@ def render(data: dict) -> str:
         f"{', '.join(s['objectives'])} on {s['task']}, {s['max_steps']} RL steps, seeds "
         f"{', '.join(map(str, s['seeds']))}, from one SFT warm-up ({s['sft']['max_steps']} steps); "
         f"{study['max_completion_length']}-position canvas, {study['diffusion_steps']} diffusion steps, "
-        f"{study['num_generations']} completions x 4 prompts, block_random in blocks of {study['estimator_block_size']}, "
+        f"{study['num_generations']} completions x "
+        f"{study['per_device_train_batch_size'] // study['num_generations']} prompts, block_random in blocks of {study['estimator_block_size']}, "
         f"K = {study['mc_samples']}, lr {study['learning_rate']:g}. Score: {s['score']} on {s['eval_samples']} test "
         f"prompts, mean of {s['eval_draws']} draws, every {s['eval_every']} steps; collapse = score below the start - "
         f"{s['collapse']['margin']:g} for {s['collapse']['evals']} evaluations in a row or a non-finite grad norm."
