@@ -42,7 +42,7 @@ objectives, 2 doses, 60 steps): it checks the pipeline, it supports no conclusio
 partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 0.5 / 1 / 2, every objective, 5 seeds, 120
 steps; `dose-k-lr`: those cells plus K = 8 and K = 1 without added noise and lr 1.5e-4 at the added noise 0.5;
 `long`: GRPO and StableDRL at K = 2, added noise 0 / 0.5 / 1, 480 steps, written to `bench_noise_dose_long.json`;
-`long-all`: every objective at 480 steps in the cell K = 2, added noise 0.5, written to
+`long-all`: every objective at 480 steps at K = 2 with the added noise 0.5 / 1 / 2, written to
 `bench_noise_dose_long_all.json`),
 whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 
@@ -89,8 +89,9 @@ PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seed
 # lowest dose where GRPO collapsed (explicit `cells` instead of a product of the grid's axes). "long": GRPO and
 # StableDRL at K = 2 with the added noise 0 / 0.5 / 1, four times as many steps (480), to see whether the curves
 # flatten and whether StableDRL still holds where GRPO collapsed; written to its own JSON and block (`OUTPUTS`).
-# "long-all": every objective at 480 steps in the long study's breaking cell (K = 2, added noise 0.5), so the
-# objectives between GRPO and StableDRL (no clip, DGPO, diffu-GRPO) are read at the length where GRPO collapsed.
+# "long-all": every objective at 480 steps at K = 2 with the added noise 0.5 (the long study's breaking cell), 1 and 2,
+# so the objectives between GRPO and StableDRL (no clip, DGPO, diffu-GRPO) are read at the length where GRPO
+# collapsed, and at the doses where DGPO and diffu-GRPO collapsed within 120 steps.
 PRESETS = {
     "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
                            max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
@@ -101,7 +102,7 @@ PRESETS = {
                       objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo"]),
     "long": dict(cells=[(2, 0.0, 5e-5), (2, 0.5, 5e-5), (2, 1.0, 5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480,
                  eval_every=20, eval_samples=256, eval_draws=2, objectives=["grpo_seq", "stable_drl"]),
-    "long-all": dict(cells=[(2, 0.5, 5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480, eval_every=20, eval_samples=256,
+    "long-all": dict(cells=[(2, 0.5, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480, eval_every=20, eval_samples=256,
                      eval_draws=2, objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo"]),
 }  # fmt: skip
 # Where a study is written: (JSON file, docs block). A preset not listed writes the main study's.
