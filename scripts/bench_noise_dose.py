@@ -33,7 +33,13 @@ ranks learning speed, not stability.
 Per cell (`cell_summary`): per objective the mean over seeds of best, final and AUC with 95% intervals, the number of
 collapsed runs, the mean distance moved, and the paired t-test of final and AUC against grpo_seq (same seeds).
 `breaking_point` names, for each learning rate, the smallest measured noise sd at which grpo_seq collapses in a
-majority of seeds while stable_drl does not, or says that none was found in the grid.
+majority of seeds while stable_drl does not, or says that none was found in the grid. A collapse can be a dip the run
+recovers from, so `breaking_point_persistent` is the same with only the collapsed runs that ended below the start
+minus the margin counted (`collapsed_ended_below_start`).
+
+`--summaries-only` trains nothing: it recomputes a study's summaries (cells, both breaking points, the rerun
+comparison) from the per-run records in its JSON with the current definitions and records the command in
+`summarized_by`, so a definition added after the runs were trained reaches a committed study without retraining it.
 
 Cost: a 300-step run takes about 2 minutes on a free CPU core; the full grid (3 K x 4 noises x 2 learning rates x
 5 objectives x 5 seeds = 600 runs of `--max-steps`, default 1500) is days of one core. Run it on a machine with
@@ -229,20 +235,39 @@ def best_objective(objectives: dict) -> str:
     return max(objectives, key=lambda n: objectives[n]["auc"])
 
 
-def breaking_point(cells: list[dict]) -> dict:
+# What a collapse count of the breaking point counts: every collapsed run, or only those that stayed down (collapsed
+# and ended below the start - the collapse margin: a run that dipped and recovered is not counted).
+COLLAPSE_COUNTS = ("collapsed", "collapsed_ended_below_start")
+
+
+def breaking_point(cells: list[dict], count: str = "collapsed") -> dict:
     """Per learning rate, the smallest measured noise sd at which REFERENCE collapses in a majority of its seeds
-    while stable_drl collapses in none; None when the grid has no such cell."""
+    while stable_drl collapses in none; None when the grid has no such cell. `count` (one of COLLAPSE_COUNTS) says
+    which runs count as collapsed: all of them, or only those that ended below the start - margin."""
+    if count not in COLLAPSE_COUNTS:
+        raise ValueError(f"count={count!r}: use one of {sorted(COLLAPSE_COUNTS)}")
     out = {}
     for lr in sorted({c["learning_rate"] for c in cells}):
         found = None
         for c in sorted((c for c in cells if c["learning_rate"] == lr), key=lambda c: c["noise_sd"]):
             o = c["summary"]["objectives"]
             if REFERENCE in o and "stable_drl" in o:
-                if o[REFERENCE]["collapsed"] * 2 > o[REFERENCE]["seeds"] and o["stable_drl"]["collapsed"] == 0:
+                if o[REFERENCE][count] * 2 > o[REFERENCE]["seeds"] and o["stable_drl"][count] == 0:
                     found = c["noise_sd"]
                     break
         out[f"{lr:g}"] = found
     return out
+
+
+def study_summaries(data: dict) -> dict:
+    """Every figure a study derives from its per-run records, with the current definitions: each cell's summary
+    (`cell_summary`) and both breaking points (every collapse, and only the collapses that did not recover)."""
+    s = data["settings"]
+    for c in data["cells"]:
+        c["summary"] = cell_summary(c["runs"], s["flat"]["delta"], s["flat"]["evals"], s["collapse"]["margin"])
+    data["breaking_point"] = breaking_point(data["cells"])
+    data["breaking_point_persistent"] = breaking_point(data["cells"], "collapsed_ended_below_start")
+    return data
 
 
 # --- running ------------------------------------------------------------------------------------------------------
@@ -338,9 +363,8 @@ def run(args, argv) -> dict:
         cells.append({
             "mc_samples": k, "added_noise_std": added, "learning_rate": lr,
             "noise_sd": reference_noise["log_ratio_sd"], "noise": noise, "runs": records,
-            "summary": cell_summary(records, args.flat_delta, args.flat_evals, args.collapse_margin),
         })  # fmt: skip
-    return {
+    return study_summaries({
         "provenance": provenance,
         "pilot": args.pilot,
         "preset": args.preset,
@@ -358,9 +382,19 @@ def run(args, argv) -> dict:
             "noise_pairs": args.noise_pairs,
         },  # fmt: skip
         "cells": cells,
-        "breaking_point": breaking_point(cells),
         "seconds": round(time.time() - start, 1),
-    }
+    })
+
+
+def resummarize(data: dict, script: str, argv) -> dict:
+    """A study's JSON with its summaries recomputed from its per-run records (`study_summaries`), for definitions
+    added after its runs were trained; no run is trained and the records, noise and provenance are kept. The command
+    that did it is recorded in `summarized_by` (rendered under the provenance line)."""
+    data = study_summaries(data)
+    data.pop("reruns", None)  # recomputed by main against the other committed studies
+    p = results.provenance(script, argv)
+    data["summarized_by"] = {"commit": p["commit"], "dirty": p["dirty"], "command": p["command"]}
+    return data
 
 
 def grid_record(args) -> dict:
@@ -452,6 +486,10 @@ def render(data: dict) -> str:
     text += results.markdown_table(header, rows)
     text += "\n" + "\n".join(estimator_notes(data) + reading(data)) + "\n"
     text += f"\n{wall_time(data)} " + results.provenance_line(data)
+    if "summarized_by" in data:
+        by = data["summarized_by"]
+        commit = (by["commit"] or "unknown")[:10] + (" (uncommitted changes)" if by["dirty"] else "")
+        text += f"Summaries recomputed from the runs' records by `{by['command']}` at commit {commit}.\n"
     return text
 
 
@@ -556,23 +594,31 @@ def reading(data: dict) -> list[str]:
 
 
 def breaking_point_sentences(data: dict) -> list[str]:
+    """A sentence per learning rate for `breaking_point`, and one for `breaking_point_persistent` (only the
+    collapses that did not recover) where the JSON has it."""
     lines = []
-    for lr, sd in data["breaking_point"].items():
-        cells = [c for c in data["cells"] if f"{c['learning_rate']:g}" == lr]
-        if sd is None:
-            sds = ", ".join(f"{c['noise_sd']:.3f}" for c in sorted(cells, key=lambda c: c["noise_sd"]))
+    margin = data["settings"]["collapse"]["margin"]
+    points = [("breaking_point", "collapsed", "")]
+    if "breaking_point_persistent" in data:
+        points.append(("breaking_point_persistent", "collapsed_ended_below_start",
+                       f", counting only the collapsed runs that ended below the start - {margin:g}"))  # fmt: skip
+    for key, count, qualifier in points:
+        for lr, sd in data[key].items():
+            cells = [c for c in data["cells"] if f"{c['learning_rate']:g}" == lr]
+            if sd is None:
+                sds = ", ".join(f"{c['noise_sd']:.3f}" for c in sorted(cells, key=lambda c: c["noise_sd"]))
+                lines.append(
+                    f"lr {lr}{qualifier}: at none of the measured noise sds ({sds}) does {REFERENCE} collapse in most "
+                    f"seeds while stable_drl collapses in none."
+                )
+                continue
+            cell = next(c for c in cells if c["noise_sd"] == sd)
+            o = cell["summary"]["objectives"]
             lines.append(
-                f"lr {lr}: at none of the measured noise sds ({sds}) does {REFERENCE} collapse in most seeds while "
-                f"stable_drl collapses in none."
+                f"lr {lr}{qualifier}: smallest measured noise sd at which {REFERENCE} collapses in most seeds and "
+                f"stable_drl in none: {sd:.3f} ({REFERENCE} {o[REFERENCE][count]} of {o[REFERENCE]['seeds']} seeds, "
+                f"stable_drl {o['stable_drl'][count]} of {o['stable_drl']['seeds']})."
             )
-            continue
-        cell = next(c for c in cells if c["noise_sd"] == sd)
-        o = cell["summary"]["objectives"]
-        lines.append(
-            f"lr {lr}: smallest measured noise sd at which {REFERENCE} collapses in most seeds and stable_drl in none: "
-            f"{sd:.3f} ({REFERENCE} {o[REFERENCE]['collapsed']} of {o[REFERENCE]['seeds']} seeds, stable_drl "
-            f"{o['stable_drl']['collapsed']} of {o['stable_drl']['seeds']})."
-        )
     return lines
 
 
@@ -691,6 +737,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-cache-dir", default=".cache/stabledrl_tiny")
     p.add_argument("--num-threads", type=int, default=1)
     p.add_argument("--readme-only", action="store_true", help="run nothing: re-render the docs page from the JSON")
+    p.add_argument(
+        "--summaries-only",
+        action="store_true",
+        help="train nothing: recompute the study's summaries (cells, breaking points, rerun comparison) from the "
+        "per-run records in its JSON with the current definitions, and rewrite the JSON and its block",
+    )
     return p
 
 
@@ -698,6 +750,8 @@ def parse_args(argv=None):
     args = make_parser().parse_args(argv)
     if args.pilot and args.preset:
         raise SystemExit("--pilot and --preset both choose the grid: give one of them.")
+    if args.readme_only and args.summaries_only:
+        raise SystemExit("--readme-only renders the JSON as it is, --summaries-only rewrites it: give one of them.")
     base = {**DEFAULTS, "objectives": list(OBJECTIVES), **(PILOT if args.pilot else PRESETS.get(args.preset, {}))}
     preset_cells = base.pop("cells", None)
     for key, value in base.items():
@@ -737,8 +791,11 @@ def main(argv=None) -> dict:
         names = " or ".join(name for name, _ in OUTPUTS.values())
         results.rewrite_readme_only(blocks, args.output_dir, names, readme=args.page)
         return blocks
-    data = run(args, argv)
     json_name, block = outputs(args.preset)
+    if args.summaries_only:
+        data = resummarize(results.read_json(os.path.join(args.output_dir, json_name)), __file__, argv)
+    else:
+        data = run(args, argv)
     others = {b: d for b, d in committed_studies(args.output_dir).items() if b != block}
     reruns = compare_reruns(data, others)  # runs another committed study also trained
     if reruns:

@@ -1,8 +1,9 @@
 """Reproducible results: provenance of a results file, and documentation tables rendered from it.
 
 A results script (scripts/bench_*.py) writes one summary JSON holding its numbers, the settings, and `provenance()`:
-the commit (`git rev-parse HEAD` and whether the work tree had uncommitted changes), the exact command, and the
-versions of Python, torch, transformers and trl. Its tables are rendered from that JSON alone and sit between
+the commit (`git rev-parse HEAD` and whether the work tree had uncommitted changes), the exact command, the
+versions of Python, torch, transformers and trl (and of the other libraries a run uses), and the machine (CPU model,
+torch's CPU capability, cores): seeded runs repeat exactly on one machine, not always across machines. Its tables are rendered from that JSON alone and sit between
 markers in one documentation page (README.md or a page docs/*.md)
 
     <!-- name:start -->
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import re
 import shlex
 import subprocess
@@ -33,6 +35,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(REPO_ROOT, "README.md")
 DOCS = os.path.join(REPO_ROOT, "docs")
 VERSIONED_PACKAGES = ("torch", "transformers", "trl")
+# Libraries a run's numbers can also depend on, recorded beside VERSIONED_PACKAGES (not rendered in the docs line).
+LIBRARIES = ("accelerate", "datasets", "numpy", "peft", "safetensors", "tokenizers")
 
 
 def _git(*args: str) -> str | None:
@@ -52,15 +56,40 @@ def git_state() -> dict:
     return {"commit": head.strip() if head else None, "dirty": bool(status.strip()) if status is not None else None}
 
 
-def package_versions(names=VERSIONED_PACKAGES) -> dict:
-    """{package: installed version (None if absent)} plus "python"."""
-    versions = {"python": sys.version.split()[0]}
+def package_versions(names=VERSIONED_PACKAGES, python: bool = True) -> dict:
+    """{package: installed version (None if absent)}, plus "python" unless python=False."""
+    versions = {"python": sys.version.split()[0]} if python else {}
     for name in names:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux /proc/cpuinfo, else `platform.processor()`), or None when unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def machine_info() -> dict:
+    """What a run's rounding can depend on beyond the package versions: the CPU model, the vector instructions
+    torch's CPU kernels use (`torch.backends.cpu.get_cpu_capability()`), the core count and the platform. Two
+    machines with different entries here can train the same seeded run to different numbers."""
+    try:
+        import torch
+
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError):
+        capability = None
+    return {"cpu": cpu_model(), "cpu_capability": capability, "cores": os.cpu_count(), "platform": platform.platform()}
 
 
 def command_line(script: str, argv: list[str] | None) -> str:
@@ -71,8 +100,10 @@ def command_line(script: str, argv: list[str] | None) -> str:
 
 
 def provenance(script: str, argv: list[str] | None = None) -> dict:
-    """What a results file records about how it was made: commit, dirty flag, command and package versions."""
-    return {**git_state(), "command": command_line(script, argv), "versions": package_versions()}
+    """What a results file records about how it was made: commit, dirty flag, command, package versions (`versions`,
+    named in the docs line; `libraries`, recorded only) and the machine (`machine_info`)."""
+    return {**git_state(), "command": command_line(script, argv), "versions": package_versions(),
+            "libraries": package_versions(LIBRARIES, python=False), "machine": machine_info()}  # fmt: skip
 
 
 def write_json(path: str, data: dict) -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
+from importlib import metadata
 
 import pytest
+import torch
 
 from stabledrl_trl import results
 
@@ -49,6 +53,11 @@ def test_provenance_records_commit_command_and_versions():
     assert p["command"] == "python scripts/bench_embedded.py --seeds 0 1"
     assert set(p["versions"]) == {"python", "torch", "transformers", "trl"}
     assert p["versions"]["trl"] == "1.16.0"
+    assert set(p["libraries"]) == set(results.LIBRARIES) and "python" not in p["libraries"]
+    assert p["libraries"]["accelerate"] == metadata.version("accelerate")
+    m = p["machine"]  # what cross-machine differences in a seeded run come from
+    assert m["cores"] == os.cpu_count() and m["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert m["platform"] == platform.platform() and (m["cpu"] is None or m["cpu"].strip() == m["cpu"] != "")
     if p["commit"] is not None:  # a git checkout
         assert len(p["commit"]) == 40 and isinstance(p["dirty"], bool)
     json.dumps(p)
@@ -179,3 +188,12 @@ def test_blocks_are_written_into_the_page_holding_their_markers(tmp_path, monkey
     monkeypatch.setattr(results, "README", str(readme))
     assert results.write_readme_blocks({"b": "new b"}) == [str(page)]
     assert results.marked_blocks(page.read_text()) == {"a": "new a\n", "b": "new b\n"}
+
+
+def test_cpu_model_reads_the_first_model_name(monkeypatch, tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\nprocessor\t: 1\nmodel name\t: Other\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path,
+                                                                         *a, **k))  # fmt: skip
+    assert results.cpu_model() == "Example CPU 9000"

@@ -1,5 +1,6 @@
 """scripts/bench_length_noise.py, scripts/bench_noise_dose.py and the digit_sort_long task: definitions by hand."""
 
+import json
 import math
 
 import pytest
@@ -124,6 +125,60 @@ def test_noise_dose_cell_summary_and_breaking_point(load_script):
             "grpo_seq": {"collapsed": 1, "seeds": 3}, "stable_drl": {"collapsed": 0, "seeds": 3}}}},
     ]  # fmt: skip
     assert bench.breaking_point(cells) == {"5e-05": 1.1, "0.00015": None}
+    with pytest.raises(ValueError, match="count='ended'"):
+        bench.breaking_point(cells, "ended")
+
+
+def test_noise_dose_persistent_breaking_point_ignores_recovered_dips(load_script, tmp_path, monkeypatch):
+    """With only StableDRL's recovered dip counted, the breaking point moves down to the cell with the dip; the
+    summaries recomputed from a JSON's records (--summaries-only) give it without training anything."""
+    from stabledrl_trl import results
+
+    bench = load_script("bench_noise_dose")
+
+    def rec(name, seed, final, collapsed):
+        return {"objective": name, "seed": seed, "best": max(final, 0.3), "final": final, "auc": 0.3, "start": 0.3,
+                "collapsed": collapsed, "param_distance": {"l2": 1.0}, "accuracies": {"0": 0.3, "20": final}}  # fmt: skip
+
+    def cell(sd, added, records):
+        return {"mc_samples": 2, "added_noise_std": added, "learning_rate": 5e-5, "noise_sd": sd, "runs": records}
+
+    low = [rec("grpo_seq", s, 0.35, False) for s in range(3)] + [rec("stable_drl", s, 0.35, False) for s in range(3)]
+    # grpo_seq: 2 of 3 collapse and stay down; stable_drl: seed 0 dips (collapsed) and ends at 0.40 > 0.3 - 0.02
+    mid = [rec("grpo_seq", 0, 0.05, True), rec("grpo_seq", 1, 0.10, True), rec("grpo_seq", 2, 0.35, False),
+           rec("stable_drl", 0, 0.40, True), rec("stable_drl", 1, 0.38, False), rec("stable_drl", 2, 0.36, False)]
+    high = [rec("grpo_seq", s, 0.0, True) for s in range(3)] + [rec("stable_drl", s, 0.33, False) for s in range(3)]
+    data = {"provenance": {"commit": "a" * 40, "dirty": False, "command": "python scripts/bench_noise_dose.py",
+                           "versions": {"python": "3", "torch": "t", "transformers": "x", "trl": "y"}},
+            "pilot": False, "preset": "long-all", "seconds": 60.0,
+            "settings": {"study": {}, "objectives": ["grpo_seq", "stable_drl"], "seeds": [0, 1, 2], "max_steps": 20,
+                         "eval_every": 20, "eval_samples": 8, "eval_draws": 1,
+                         "collapse": {"margin": 0.02, "evals": 1}, "flat": {"delta": 0.01, "evals": 1}},
+            "cells": [cell(0.3, 0.0, low), cell(0.6, 0.5, mid), cell(1.1, 1.0, high)]}  # fmt: skip
+    results.write_json(str(tmp_path / "bench_noise_dose_long_all.json"), data)
+    page = tmp_path / "page.md"
+    page.write_text("<!-- noise_dose_long_all:start -->\nold\n<!-- noise_dose_long_all:end -->\n")
+    monkeypatch.setattr(bench, "run", lambda *a: pytest.fail("--summaries-only must not train"))
+    out = bench.main(["--preset", "long-all", "--summaries-only", "--output-dir", str(tmp_path), "--page", str(page)])
+    assert out["breaking_point"] == {"5e-05": 1.1} and out["breaking_point_persistent"] == {"5e-05": 0.6}
+    mine = out["cells"][1]["summary"]["objectives"]["stable_drl"]
+    assert (mine["collapsed"], mine["collapsed_ended_below_start"]) == (1, 0)
+    assert out["cells"][1]["runs"] == mid and out["provenance"] == data["provenance"]  # kept as they were
+    assert out["summarized_by"]["command"].startswith("python scripts/bench_noise_dose.py --preset long-all")
+    written = results.read_json(str(tmp_path / "bench_noise_dose_long_all.json"))
+    assert json.dumps(written, sort_keys=True) == json.dumps(out, sort_keys=True)  # (tuples are written as lists)
+    lines = bench.breaking_point_sentences(out)
+    assert lines == [
+        "lr 5e-05: smallest measured noise sd at which grpo_seq collapses in most seeds and stable_drl in none: 1.100 "
+        "(grpo_seq 3 of 3 seeds, stable_drl 0 of 3).",
+        "lr 5e-05, counting only the collapsed runs that ended below the start - 0.02: smallest measured noise sd at "
+        "which grpo_seq collapses in most seeds and stable_drl in none: 0.600 (grpo_seq 2 of 3 seeds, stable_drl 0 "
+        "of 3).",
+    ]
+    for line in lines:
+        assert claims.check_sentence(line, [out]) == []
+    block = results.marked_blocks(page.read_text())["noise_dose_long_all"]
+    assert lines[1] in block and "Summaries recomputed from the runs' records by `python scripts/" in block
 
 
 def test_noise_dose_arguments(load_script):
@@ -152,6 +207,8 @@ def test_noise_dose_arguments(load_script):
     assert bench.outputs("dose-k-lr") == bench.outputs(None) == (bench.JSON_NAME, bench.BLOCK)
     with pytest.raises(SystemExit, match="give one of them"):
         bench.parse_args(["--preset", "k2-added-noise", "--pilot"])
+    with pytest.raises(SystemExit, match="--summaries-only rewrites it"):
+        bench.parse_args(["--readme-only", "--summaries-only"])
     with pytest.raises(SystemExit, match="K:NOISE:LR"):
         bench.parse_args(["--cells", "2:1.0"])
     with pytest.raises(SystemExit, match="include grpo_seq"):
