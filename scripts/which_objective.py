@@ -207,6 +207,26 @@ def _collapsed_runs(cell: dict, seeds: int) -> str:
                      for n, o in cell["summary"]["objectives"].items())  # fmt: skip
 
 
+def long_all_sentence(data: dict) -> str:
+    """One sentence for a 480-step study of several doses at one K and learning rate: per objective, the collapsed
+    runs and the mean final accuracy at each dose in turn."""
+    cells = sorted(data["cells"], key=lambda c: c["noise_sd"])
+    names = list(cells[0]["summary"]["objectives"])
+    seeds = cells[0]["summary"]["objectives"][REFERENCE]["seeds"]
+
+    def per_dose(key, fmt):
+        return "; ".join(f"{OBJECTIVE_NAMES.get(n, n)} " + ", ".join(fmt.format(c["summary"]["objectives"][n][key])
+                                                                      for c in cells) for n in names)  # fmt: skip
+
+    sds = ", ".join(f"{c['noise_sd']:.3f}" for c in cells)
+    added = ", ".join(f"{c['added_noise_std']:g}" for c in cells)
+    return (
+        f"Over {data['settings']['max_steps']} steps at sd {sds} (K = {cells[0]['mc_samples']}, added sd {added}, lr "
+        f"{cells[0]['learning_rate']:g}, {seeds} seeds), at each sd in turn, the runs that collapsed (of {seeds}): "
+        f"{per_dose('collapsed', '{}')}; mean final accuracy: {per_dose('final', '{:.3f}')}."
+    )
+
+
 def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
     """(bucket "when", sentence, sources): which objective to use when, each with the figures it rests on."""
     out = []
@@ -239,10 +259,19 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
                 if held
                 else ""
             )
+            mine = [c["summary"]["objectives"]["stable_drl"] for c in broken]
+            fell, stayed = sum(e["collapsed"] for e in mine), [e.get("collapsed_ended_below_start") for e in mine]
+            recovered = (  # StableDRL's collapses there that were dips it recovered from (per dose, not summed)
+                f", of which {', '.join(map(str, stayed))} ended below the start - "
+                f"{dose['settings']['collapse']['margin']:g} (the others recovered)"
+                if fell and None not in stayed and sum(stayed) < fell
+                else ""
+            )
             out.append(("when", (
                 f"Use StableDRL when the pure-noise log-ratio sd is {broken[0]['noise_sd']:.3f} or more (lr {lr}): at "
                 f"sd {sds} GRPO collapsed in {', '.join(str(count(c, REFERENCE)) for c in broken)} of {seeds} runs "
-                f"and StableDRL in {', '.join(str(count(c, 'stable_drl')) for c in broken)} of {seeds}{safe}."
+                f"and StableDRL in {', '.join(str(count(c, 'stable_drl')) for c in broken)} of {seeds}{recovered}"
+                f"{safe}."
             ), [dose]))  # fmt: skip
             if any(n not in (REFERENCE, "stable_drl") for n in top["summary"]["objectives"]):
                 out.append(("when", (  # the other objectives of the study at its largest dose
@@ -269,7 +298,11 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
             + "; ".join(f"{t['mean']:+.3f} at sd {sd:.3f}" for sd, t, _ in leads) + ")."
         ), [x[2] for x in leads]))  # fmt: skip
     long_all = src.get("long_all")
-    if long_all is not None:
+    if long_all is not None and len({(c["mc_samples"], c["learning_rate"]) for c in long_all["cells"]}) == 1 and len(
+        long_all["cells"]
+    ) > 1:
+        out.append(("when", long_all_sentence(long_all), [long_all]))
+    elif long_all is not None:
         for c in long_all["cells"]:
             objectives = c["summary"]["objectives"]
             seeds = objectives[REFERENCE]["seeds"] if REFERENCE in objectives else len(long_all["settings"]["seeds"])

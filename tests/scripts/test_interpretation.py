@@ -214,3 +214,54 @@ def test_which_objective_long_task_reading_follows_the_numbers(load_script):
     ((bucket, sentence, _),) = script.length_train_reading({"length_train": data})
     assert bucket == "not" and "no significant difference (-0.050" in sentence
     assert script.length_train_reading({}) == []
+
+
+def _dose_cell(sd, added, objectives, lr=5e-5):
+    return {"mc_samples": 2, "added_noise_std": added, "learning_rate": lr, "noise_sd": sd,
+            "summary": {"objectives": objectives}}  # fmt: skip
+
+
+def test_which_objective_long_all_over_several_doses_is_one_sentence(load_script):
+    script = load_script("which_objective")
+
+    def o(collapsed, final):
+        return {"collapsed": collapsed, "seeds": 5, "final": final}
+
+    cells = [_dose_cell(1.069, 1.0, {"grpo_seq": o(5, 0.0), "stable_drl": o(0, 0.401), "dgpo": o(2, 0.3125)}),
+             _dose_cell(0.599, 0.5, {"grpo_seq": o(4, 0.012), "stable_drl": o(1, 0.425), "dgpo": o(1, 0.438)})]
+    data = {"settings": {"max_steps": 480}, "cells": cells}
+    (line,) = [x for b, x, _ in script.recommendations({"long_all": data}) if x.startswith("Over 480")]
+    assert line == (
+        "Over 480 steps at sd 0.599, 1.069 (K = 2, added sd 0.5, 1, lr 5e-05, 5 seeds), at each sd in turn, the runs "
+        "that collapsed (of 5): GRPO 4, 5; StableDRL 1, 0; DGPO 1, 2; mean final accuracy: GRPO 0.012, 0.000; "
+        "StableDRL 0.425, 0.401; DGPO 0.438, 0.312."
+    )
+    assert claims.check_sentence(line, [data]) == []
+    data["cells"] = cells[1:]  # one cell: the per-cell form
+    (line,) = [x for b, x, _ in script.recommendations({"long_all": data}) if x.startswith("Over 480")]
+    assert "the runs that collapsed: GRPO 4 of 5, StableDRL 1 of 5, DGPO 1 of 5" in line
+
+
+def test_which_objective_says_when_stable_drl_collapses_were_dips_it_recovered_from(load_script):
+    script = load_script("which_objective")
+
+    def o(collapsed, below):
+        return {"collapsed": collapsed, "collapsed_ended_below_start": below, "seeds": 5}
+
+    dose = {"settings": {"collapse": {"margin": 0.02}}, "breaking_point": {"5e-05": 0.599},
+            "cells": [_dose_cell(0.312, 0.0, {"grpo_seq": o(0, 0), "stable_drl": o(0, 0)}),
+                      _dose_cell(0.599, 0.5, {"grpo_seq": o(5, 5), "stable_drl": o(1, 0)}),
+                      _dose_cell(1.069, 1.0, {"grpo_seq": o(5, 5), "stable_drl": o(2, 1)})]}  # fmt: skip
+
+    def use_line():
+        (line,) = [x for _, x, _ in script.recommendations({"dose": dose}) if x.startswith("Use StableDRL")]
+        assert claims.check_sentence(line, [dose]) == []
+        return line
+
+    assert "and StableDRL in 1, 2 of 5, of which 0, 1 ended below the start - 0.02 (the others recovered);" in use_line()
+    dose["cells"][2]["summary"]["objectives"]["stable_drl"] = o(0, 0)
+    assert "StableDRL in 1, 0 of 5, of which 0, 0 ended below the start - 0.02 (the others recovered);" in use_line()
+    dose["cells"][1]["summary"]["objectives"]["stable_drl"] = o(1, 1)  # stayed down: no clause
+    assert "StableDRL in 1, 0 of 5; at sd 0.312" in use_line()
+    del dose["cells"][1]["summary"]["objectives"]["stable_drl"]["collapsed_ended_below_start"]  # an older JSON
+    assert "recovered" not in use_line()
