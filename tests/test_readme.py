@@ -2,8 +2,11 @@
 a heading, every relative link to a file; no page cites a document users do not have; every test the reliability
 table names exists."""
 
+import math
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,3 +78,23 @@ def test_reliability_table_names_existing_tests():
         source = ROOT / "tests" / path
         assert source.is_file(), f"docs/reliability.md names {path}, which is not a test file"
         assert re.search(rf"def {test}\b", source.read_text()), f"docs/reliability.md names {path}::{test}, not defined"
+
+
+def test_readme_states_the_sequence_ratio_form_the_trainer_uses():
+    """The README says the sequence ratio is a per-token mean (the official code's form); the objectives' input is
+    that masked mean over the completion tokens, so a sum would change the weights the sentence describes."""
+    import torch
+
+    from stabledrl_trl import objectives
+
+    text = (ROOT / "README.md").read_text()
+    assert "The sequence ratio is a per-token mean, as in the official code" in text and "docs/length_noise.md" in text
+    # one group of 2; row 0 scores 3 tokens (the 4th is padding), row 1 all 4; the old policy's values are 0
+    new = torch.tensor([[0.2, -0.4, 0.8, 5.0], [0.1, 0.1, 0.1, 0.1]])  # (B, T)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    x = objectives.PolicyLossInputs(per_token_logps=new, old_per_token_logps=torch.zeros_like(new),
+                                    advantages=torch.tensor([1.0, -1.0]), mask=mask, group_size=2,
+                                    settings={"clip_c": 5.0})  # fmt: skip
+    stats = objectives.get_objective("stable_drl")(x).stats
+    mean_form = math.exp((0.2 - 0.4 + 0.8) / 3)  # row 0's weight: exp of the mean per-token log-ratio, 1.22
+    assert stats["weight_max"].item() == pytest.approx(mean_form)  # the sum form would give exp(0.6) = 1.82
