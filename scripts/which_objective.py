@@ -207,6 +207,21 @@ def _collapsed_runs(cell: dict, seeds: int) -> str:
                      for n, o in cell["summary"]["objectives"].items())  # fmt: skip
 
 
+def same_noise_dose_tests(src: dict, sd: float) -> tuple[list[str], list[dict]]:
+    """The dose studies' paired final differences of StableDRL against GRPO, "+0.017 (p = 0.720) over 120 steps",
+    in their cells without added noise whose measured pure-noise sd prints as `sd` (the stability study's estimator
+    setting, trained again with the dose studies' steps and evaluation), with the JSONs they come from."""
+    parts, sources = [], []
+    for key in ("dose", "long"):
+        data = src.get(key)
+        for c in (data or {}).get("cells", []):
+            test = c["summary"]["objectives"].get("stable_drl", {}).get(f"final_vs_{REFERENCE}")
+            if test and c["added_noise_std"] == 0 and f"{c['noise_sd']:.3f}" == f"{sd:.3f}":
+                parts.append(f"{test['mean']:+.3f} (p = {test['p']:.3f}) over {data['settings']['max_steps']} steps")
+                sources.append(data)
+    return parts, list({id(d): d for d in sources}.values())
+
+
 def long_all_sentence(data: dict) -> str:
     """One sentence for a 480-step study of several doses at one K and learning rate: per objective, the collapsed
     runs and the mean final accuracy at each dose in turn."""
@@ -287,11 +302,14 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
     behind = [x for x in leads if x[1]["p"] < ALPHA and x[1]["mean"] < 0]
     if ahead and behind:
         a, b = ahead[0], behind[0]
+        again, dose_sources = same_noise_dose_tests(src, a[0])
+        again = (f"; the dose studies, at the same sd {a[0]:.3f}, measured StableDRL - GRPO {' and '.join(again)}"
+                 if again else "")  # fmt: skip
         out.append(("when", (
             f"At the low noise of the estimators themselves no objective wins everywhere: StableDRL led GRPO by "
             f"{a[1]['mean']:.3f} at sd {a[0]:.3f} ({_setting(a[2])}) and trailed it by {-b[1]['mean']:.3f} at sd "
-            f"{b[0]:.3f} ({_setting(b[2])}), so compare both on held-out accuracy for your estimator."
-        ), [x[2] for x in leads]))  # fmt: skip
+            f"{b[0]:.3f} ({_setting(b[2])}){again}, so compare both on held-out accuracy for your estimator."
+        ), [x[2] for x in leads] + dose_sources))  # fmt: skip
     elif leads and len(ahead) == len(leads):
         out.append(("when", (
             "At the low noise of the estimators themselves StableDRL led GRPO in every setting measured ("

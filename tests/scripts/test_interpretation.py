@@ -265,3 +265,21 @@ def test_which_objective_says_when_stable_drl_collapses_were_dips_it_recovered_f
     assert "StableDRL in 1, 0 of 5; at sd 0.312" in use_line()
     del dose["cells"][1]["summary"]["objectives"]["stable_drl"]["collapsed_ended_below_start"]  # an older JSON
     assert "recovered" not in use_line()
+
+
+def test_which_objective_low_noise_reading_names_the_dose_studies_at_the_same_sd(load_script):
+    script = load_script("which_objective")
+
+    def study(steps, cells):
+        return {"settings": {"max_steps": steps}, "cells": cells}
+
+    def cell(sd, added, mean, p):
+        test = {"mean": mean, "p": p, "t": 1.0, "df": 4}
+        return _dose_cell(sd, added, {"grpo_seq": {}, "stable_drl": {"final_vs_grpo_seq": test}})
+
+    dose = study(120, [cell(0.3121, 0.0, 0.017, 0.72), cell(0.599, 0.5, 0.2, 0.002), cell(0.116, 0.0, -0.03, 0.35)])
+    long = study(480, [cell(0.3118, 0.0, -0.049, 0.578)])
+    parts, sources = script.same_noise_dose_tests({"dose": dose, "long": long}, 0.312)
+    assert parts == ["+0.017 (p = 0.720) over 120 steps", "-0.049 (p = 0.578) over 480 steps"]
+    assert sources == [dose, long]
+    assert script.same_noise_dose_tests({"dose": dose}, 0.472) == ([], [])  # no cell at that sd: nothing said
