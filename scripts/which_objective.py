@@ -12,7 +12,7 @@ Sources (each read from `--docs-dir`, default docs/; a reading whose JSON is mis
   and d1's diffu-GRPO, against the same GRPO runs;
 - `bench_noise_dose.json`: GRPO against StableDRL at added log-ratio noise of known size, with collapse defined;
 - `bench_noise_dose_long.json`: the same for GRPO and StableDRL over 480 steps (four times as long);
-- `bench_noise_dose_long_all.json`: every objective over 480 steps in the long study's breaking cell;
+- `bench_noise_dose_long_all.json`: every objective over 480 steps at the added noise 0.5, 1 and 2 (K = 2);
 - `bench_length_noise.json`: the weights' size on 32-64-token answers, per-token mean against sum;
 - `bench_length_train.json`: GRPO against StableDRL trained on those long answers.
 
