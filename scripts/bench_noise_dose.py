@@ -793,7 +793,12 @@ def main(argv=None) -> dict:
         return blocks
     json_name, block = outputs(args.preset)
     if args.summaries_only:
-        data = resummarize(results.read_json(os.path.join(args.output_dir, json_name)), __file__, argv)
+        path = os.path.join(args.output_dir, json_name)
+        if not os.path.isfile(path):
+            preset = f" --preset {args.preset}" if args.preset else ""
+            raise SystemExit(f"--summaries-only: no {path} to recompute; run the study first "
+                             f"(python scripts/bench_noise_dose.py{preset}).")  # fmt: skip
+        data = resummarize(results.read_json(path), __file__, argv)
     else:
         data = run(args, argv)
     others = {b: d for b, d in committed_studies(args.output_dir).items() if b != block}

@@ -177,6 +177,8 @@ def test_noise_dose_persistent_breaking_point_ignores_recovered_dips(load_script
     ]
     for line in lines:
         assert claims.check_sentence(line, [out]) == []
+    with pytest.raises(SystemExit, match="no .*bench_noise_dose_long.json to recompute; run the study first"):
+        bench.main(["--preset", "long", "--summaries-only", "--output-dir", str(tmp_path), "--page", str(page)])
     block = results.marked_blocks(page.read_text())["noise_dose_long_all"]
     assert lines[1] in block and "Summaries recomputed from the runs' records by `python scripts/" in block
 
