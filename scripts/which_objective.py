@@ -42,6 +42,7 @@ SOURCES = {
     "dose": "bench_noise_dose.json",
     "long": "bench_noise_dose_long.json",
     "long_all": "bench_noise_dose_long_all.json",
+    "long_low_lr": "bench_noise_dose_long_low_lr.json",
     "length": "bench_length_noise.json",
     "length_train": "bench_length_train.json",
 }
@@ -123,12 +124,20 @@ def study_readings(src: dict) -> list[tuple[str, str, list[dict]]]:
     return out
 
 
+DOSE_STUDIES = ("dose", "long", "long_low_lr", "long_all")  # read in this order; a cell already read is skipped
+
+
 def dose_readings(src: dict) -> list[tuple[str, str, list[dict]]]:
-    """(bucket, sentence, sources) from the noise-dose studies (the main one, then the long one), one per cell with
-    both objectives."""
-    out = []
-    for dose, c in [(d, c) for d in (src.get("dose"), src.get("long")) if d is not None
+    """(bucket, sentence, sources) from the noise-dose studies (`DOSE_STUDIES`), one per cell with both objectives;
+    a cell (K, added noise, lr, steps) another study already gave (long-all trains the long study's cells again) is
+    read once, from the first."""
+    out, seen = [], set()
+    for dose, c in [(d, c) for d in (src.get(k) for k in DOSE_STUDIES) if d is not None
                     for c in sorted(d["cells"], key=lambda c: (c["learning_rate"], c["noise_sd"]))]:  # fmt: skip
+        key = (c["mc_samples"], c["added_noise_std"], c["learning_rate"], dose["settings"]["max_steps"])
+        if key in seen:
+            continue
+        seen.add(key)
         o = c["summary"]["objectives"]
         if REFERENCE not in o or "stable_drl" not in o or not o["stable_drl"].get(f"final_vs_{REFERENCE}"):
             continue
@@ -222,6 +231,47 @@ def same_noise_dose_tests(src: dict, sd: float) -> tuple[list[str], list[dict]]:
     return parts, list({id(d): d for d in sources}.values())
 
 
+def low_lr_sentence(low: dict, long: dict | None) -> str:
+    """Does a smaller learning rate save GRPO: per dose of the low-lr study, GRPO's and StableDRL's collapsed runs,
+    mean final accuracy and distance moved, beside GRPO's collapsed runs at the long study's learning rate over as
+    many steps where that study has the same dose; the verdict follows GRPO's collapses at both rates."""
+    cells = sorted(low["cells"], key=lambda c: c["noise_sd"])
+    lr, steps = cells[0]["learning_rate"], low["settings"]["max_steps"]
+    seeds = cells[0]["summary"]["objectives"][REFERENCE]["seeds"]
+
+    def o(c, name):
+        return c["summary"]["objectives"][name]
+
+    def joined(name, key, fmt):
+        return ", ".join(fmt.format(o(c, name)[key]) for c in cells)
+
+    base = {}  # the same dose at the long study's learning rate and steps
+    if long is not None and long["settings"]["max_steps"] == steps:
+        for c in cells:
+            base.update({id(c): b for b in long["cells"] if (b["mc_samples"], b["added_noise_std"]) ==
+                         (c["mc_samples"], c["added_noise_std"]) and REFERENCE in b["summary"]["objectives"]})  # fmt: skip
+    compare = ""
+    if base and len(base) == len(cells):
+        other_lr = {b["learning_rate"] for b in base.values()}
+        if len(other_lr) == 1:
+            compare = (f" ({', '.join(str(o(base[id(c)], REFERENCE)['collapsed']) for c in cells)} of {seeds} at lr "
+                       f"{other_lr.pop():g})")  # fmt: skip
+    sds = ", ".join(f"{c['noise_sd']:.3f}" for c in cells)
+    text = (
+        f"With a smaller learning rate (lr {lr:g}; {steps} steps, {seeds} seeds) at sd {sds}: GRPO collapsed in "
+        f"{joined(REFERENCE, 'collapsed', '{}')} of {seeds}{compare} and ended at {joined(REFERENCE, 'final', '{:.3f}')}; "
+        f"StableDRL collapsed in {joined('stable_drl', 'collapsed', '{}')} of {seeds} and ended at "
+        f"{joined('stable_drl', 'final', '{:.3f}')}; weights moved (L2) GRPO {joined(REFERENCE, 'param_distance', '{:.3g}')}, "
+        f"StableDRL {joined('stable_drl', 'param_distance', '{:.3g}')}"
+    )
+    broke = [o(c, REFERENCE)["collapsed"] * 2 > seeds for c in cells]
+    if all(broke):
+        text += "; the smaller learning rate did not keep GRPO from collapsing"
+    elif not any(broke) and compare:
+        text += "; at the smaller learning rate GRPO collapsed in most runs at none of these doses"
+    return text + "."
+
+
 def long_all_sentence(data: dict) -> str:
     """One sentence for a 480-step study of several doses at one K and learning rate: per objective, the collapsed
     runs and the mean final accuracy at each dose in turn."""
@@ -288,7 +338,11 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
                 f"and StableDRL in {', '.join(str(count(c, 'stable_drl')) for c in broken)} of {seeds}{recovered}"
                 f"{safe}."
             ), [dose]))  # fmt: skip
-            if any(n not in (REFERENCE, "stable_drl") for n in top["summary"]["objectives"]):
+            longer = {(c["mc_samples"], c["added_noise_std"], c["learning_rate"])
+                      for c in (src.get("long_all") or {}).get("cells", [])}  # fmt: skip
+            if any(n not in (REFERENCE, "stable_drl") for n in top["summary"]["objectives"]) and (
+                (top["mc_samples"], top["added_noise_std"], top["learning_rate"]) not in longer
+            ):  # the other objectives at the largest dose, unless the 480-step study of every objective has it
                 out.append(("when", (  # the other objectives of the study at its largest dose
                     f"At the largest dose run (sd {top['noise_sd']:.3f}, lr {lr}, {seeds} seeds) the runs that "
                     f"collapsed: {_collapsed_runs(top, seeds)}."
@@ -330,6 +384,9 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
                 f"added sd {c['added_noise_std']:g}, lr {c['learning_rate']:g}, {seeds} seeds) the runs that "
                 f"collapsed: {_collapsed_runs(c, seeds)}; mean final accuracy {finals}."
             ), [long_all]))  # fmt: skip
+    low = src.get("long_low_lr")
+    if low is not None and low["cells"]:
+        out.append(("when", low_lr_sentence(low, src.get("long")), [low] + ([src["long"]] if src.get("long") else [])))
     main, controls2 = src.get("main"), src.get("controls2")
     if main and controls2 and "diffu_grpo" in controls2["comparisons"] and "stable_drl" in main["comparisons"]:
         t = controls2["comparisons"]["diffu_grpo"]["t_test"]

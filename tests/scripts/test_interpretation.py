@@ -283,3 +283,70 @@ def test_which_objective_low_noise_reading_names_the_dose_studies_at_the_same_sd
     assert parts == ["+0.017 (p = 0.720) over 120 steps", "-0.049 (p = 0.578) over 480 steps"]
     assert sources == [dose, long]
     assert script.same_noise_dose_tests({"dose": dose}, 0.472) == ([], [])  # no cell at that sd: nothing said
+
+
+def test_which_objective_low_lr_reading_follows_grpo_collapses_at_both_rates(load_script):
+    script = load_script("which_objective")
+
+    def o(collapsed, final, moved):
+        return {"collapsed": collapsed, "seeds": 5, "final": final, "param_distance": moved}
+
+    def cell(sd, added, lr, grpo, sdrl):
+        return _dose_cell(sd, added, {"grpo_seq": grpo, "stable_drl": sdrl}, lr=lr)
+
+    low = {"settings": {"max_steps": 480}, "cells": [
+        cell(1.069, 1.0, 1.5e-5, o(4, 0.011, 0.61), o(0, 0.352, 0.83)),
+        cell(0.599, 0.5, 1.5e-5, o(3, 0.125, 0.64), o(0, 0.371, 0.85))]}  # fmt: skip
+    long = {"settings": {"max_steps": 480}, "cells": [
+        cell(0.312, 0.0, 5e-5, o(0, 0.37, 1.3), o(1, 0.32, 1.35)),
+        cell(0.599, 0.5, 5e-5, o(5, 0.0, 1.05), o(0, 0.416, 1.3)),
+        cell(1.069, 1.0, 5e-5, o(5, 0.0, 0.848), o(0, 0.382, 1.23))]}  # fmt: skip
+    line = script.low_lr_sentence(low, long)
+    assert line == (
+        "With a smaller learning rate (lr 1.5e-05; 480 steps, 5 seeds) at sd 0.599, 1.069: GRPO collapsed in 3, 4 of 5 "
+        "(5, 5 of 5 at lr 5e-05) and ended at 0.125, 0.011; StableDRL collapsed in 0, 0 of 5 and ended at 0.371, "
+        "0.352; weights moved (L2) GRPO 0.64, 0.61, StableDRL 0.85, 0.83; the smaller learning rate did not keep GRPO "
+        "from collapsing."
+    )
+    assert claims.check_sentence(line, [low, long]) == []
+    (found,) = [(b, x, srcs) for b, x, srcs in script.recommendations({"long_low_lr": low, "long": long})
+                if x.startswith("With a smaller")]  # fmt: skip
+    assert found == ("when", line, [low, long])
+    for c in low["cells"]:  # GRPO holds at the smaller rate: the reading turns
+        c["summary"]["objectives"]["grpo_seq"]["collapsed"] = 1
+    assert script.low_lr_sentence(low, long).endswith("at the smaller learning rate GRPO collapsed in most runs at "
+                                                      "none of these doses.")  # fmt: skip
+    low["cells"][0]["summary"]["objectives"]["grpo_seq"]["collapsed"] = 5  # mixed: numbers only
+    assert script.low_lr_sentence(low, long).endswith("StableDRL 0.85, 0.83.")
+    assert "at lr 5e-05" not in script.low_lr_sentence(low, None)  # nothing to compare with: no comparison
+
+
+def test_which_objective_dose_readings_read_a_retrained_cell_once(load_script):
+    script = load_script("which_objective")
+    test = {"mean": 0.4, "p": 0.001, "t": 9.0, "df": 4}
+
+    def cell(sd, added):
+        return _dose_cell(sd, added, {"grpo_seq": {"collapsed": 5, "seeds": 5},
+                                      "stable_drl": {"collapsed": 0, "seeds": 5, "final_vs_grpo_seq": test}})  # fmt: skip
+
+    long = {"settings": {"max_steps": 480}, "cells": [cell(0.599, 0.5)]}
+    long_all = {"settings": {"max_steps": 480}, "cells": [cell(0.599, 0.5), cell(2.069, 2.0)]}
+    found = script.dose_readings({"long": long, "long_all": long_all})
+    assert [srcs for _, _, srcs in found] == [[long], [long_all]]  # 0.599 from the long study, 2.069 from long-all
+    assert "added sd 2: pure-noise sd 2.069; lr 5e-05, 480 steps" in found[1][1] and found[1][0] == "helps"
+
+
+def test_which_objective_leaves_the_largest_dose_to_the_longer_study_of_every_objective(load_script):
+    script = load_script("which_objective")
+
+    def objectives():
+        return {n: {"collapsed": c, "collapsed_ended_below_start": c, "seeds": 5, "final": 0.1}
+                for n, c in (("grpo_seq", 5), ("stable_drl", 0), ("dgpo", 5))}  # fmt: skip
+
+    dose = {"settings": {"collapse": {"margin": 0.02}}, "breaking_point": {"5e-05": 2.069},
+            "cells": [_dose_cell(2.069, 2.0, objectives())]}  # fmt: skip
+    long_all = {"settings": {"max_steps": 480}, "cells": [_dose_cell(2.069, 2.0, objectives())]}
+    assert any(x.startswith("At the largest dose run") for _, x, _ in script.recommendations({"dose": dose}))
+    found = [x for _, x, _ in script.recommendations({"dose": dose, "long_all": long_all})]
+    assert not any(x.startswith("At the largest dose run") for x in found)
+    assert any(x.startswith("Over 480 steps at sd 2.069") for x in found)  # the same dose, every objective, 480 steps
