@@ -49,7 +49,8 @@ partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 0.5 / 1 / 2, e
 steps; `dose-k-lr`: those cells plus K = 8 and K = 1 without added noise and lr 1.5e-4 at the added noise 0.5;
 `long`: GRPO and StableDRL at K = 2, added noise 0 / 0.5 / 1, 480 steps, written to `bench_noise_dose_long.json`;
 `long-all`: every objective at 480 steps at K = 2 with the added noise 0.5 / 1 / 2, written to
-`bench_noise_dose_long_all.json`),
+`bench_noise_dose_long_all.json`; `long-low-lr`: GRPO and StableDRL at 480 steps, lr 1.5e-5, added noise 0.5,
+written to `bench_noise_dose_long_low_lr.json`),
 whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 
 Resuming and splitting: every finished run is kept in its folder under `--runs-dir` (`noise_dose_run.json`, with
@@ -98,6 +99,8 @@ PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seed
 # "long-all": every objective at 480 steps at K = 2 with the added noise 0.5 (the long study's breaking cell), 1 and 2,
 # so the objectives between GRPO and StableDRL (no clip, DGPO, diffu-GRPO) are read at the length where GRPO
 # collapsed, and at the doses where DGPO and diffu-GRPO collapsed within 120 steps.
+# "long-low-lr": GRPO and StableDRL over 480 steps at a third of the study's learning rate (1.5e-5, below the full
+# grid's two) with the added noise 0.5, the lowest dose where GRPO collapsed at 5e-5: does a smaller step save GRPO?
 PRESETS = {
     "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
                            max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
@@ -110,12 +113,15 @@ PRESETS = {
                  eval_every=20, eval_samples=256, eval_draws=2, objectives=["grpo_seq", "stable_drl"]),
     "long-all": dict(cells=[(2, 0.5, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480, eval_every=20, eval_samples=256,
                      eval_draws=2, objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo"]),
+    "long-low-lr": dict(cells=[(2, 0.5, 1.5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480,
+                        eval_every=20, eval_samples=256, eval_draws=2, objectives=["grpo_seq", "stable_drl"]),
 }  # fmt: skip
 # Where a study is written: (JSON file, docs block). A preset not listed writes the main study's.
 OUTPUTS = {
     None: (JSON_NAME, BLOCK),
     "long": ("bench_noise_dose_long.json", "noise_dose_long"),
     "long-all": ("bench_noise_dose_long_all.json", "noise_dose_long_all"),
+    "long-low-lr": ("bench_noise_dose_long_low_lr.json", "noise_dose_long_low_lr"),
 }
 
 
@@ -422,7 +428,20 @@ def not_run(grid: dict) -> list[str]:
     ran_product = len(ran["mc_samples"]) * len(ran["added_noise"]) * len(ran["learning_rates"])
     if len(grid["cells"]) < ran_product:
         out.append(f"{ran_product - len(grid['cells'])} of the remaining (K, noise, lr) combinations")
-    out.append(f"{all_cells - len(grid['cells'])} of the full grid's {all_cells} (K, noise, lr) cells in all")
+    in_grid = [c for c in grid["cells"] if c[0] in full["mc_samples"] and c[1] in full["added_noise"]
+               and c[2] in full["learning_rates"]]  # fmt: skip
+    out.append(f"{all_cells - len(in_grid)} of the full grid's {all_cells} (K, noise, lr) cells in all")
+    return out
+
+
+def outside_grid(grid: dict) -> list[str]:
+    """The axis values a run used that the full grid does not have (each as "<what> <values>")."""
+    full, ran = grid["full"], grid["ran"]
+    out = []
+    for key, label in (("mc_samples", "K"), ("added_noise", "added noise"), ("learning_rates", "lr")):
+        extra = [v for v in ran[key] if v not in full[key]]
+        if extra:
+            out.append(f"{label} {', '.join(f'{v:g}' for v in extra)}")
     return out
 
 
@@ -445,6 +464,9 @@ def grid_label(data: dict) -> str:
                  f"{', '.join(f'{v:g}' for v in ran['learning_rates'])}")  # fmt: skip
     else:  # explicit cells, not a product of the axes: list them
         cells = "the (K, added noise, lr) cells " + ", ".join(f"({k}, {a:g}, {lr:g})" for k, a, lr in grid["cells"])
+    outside = outside_grid(grid)
+    if outside:
+        cells += f" (beyond the full grid: {'; '.join(outside)})"
     return (
         f"PARTIAL GRID{name}: {cells}, objectives {', '.join(s['objectives'])}. "
         f"Not run from the full grid: {'; '.join(missing)}; and the full grid's {full['max_steps']} steps. "
