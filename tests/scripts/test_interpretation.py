@@ -159,16 +159,17 @@ def test_which_objective_reading_follows_the_numbers(load_script):
     assert all("the runs that collapsed: GRPO" in x for x in when)  # and says what collapsed at the largest dose
     # a significant lead between two objectives that both collapsed is not filed under "helps"
     cell = max(src["dose"]["cells"], key=lambda c: c["noise_sd"])
+    steps = src["dose"]["settings"]["max_steps"]  # (a 480-step study may read the same dose too)
     objectives = cell["summary"]["objectives"]
     objectives["stable_drl"]["final_vs_grpo_seq"] = {"mean": value, "p": 0.001, "t": 5.0, "df": 4}
     for name in ("grpo_seq", "stable_drl"):
         objectives[name].update(collapsed=5, seeds=5)
     (bucket, sentence), = [(b, x) for b, x, _ in script.dose_readings(src) if f"sd {cell['noise_sd']:.3f}; lr "
-                           f"{cell['learning_rate']:g}" in x]  # fmt: skip
+                           f"{cell['learning_rate']:g}, {steps} steps" in x]  # fmt: skip
     assert bucket == "not" and sentence.endswith("both collapsed in most runs, so the difference is in how far they fell.")
     objectives["stable_drl"].update(collapsed=0)  # GRPO breaks and StableDRL holds: where it helps
     (bucket, sentence), = [(b, x) for b, x, _ in script.dose_readings(src) if f"sd {cell['noise_sd']:.3f}; lr "
-                           f"{cell['learning_rate']:g}" in x]  # fmt: skip
+                           f"{cell['learning_rate']:g}, {steps} steps" in x]  # fmt: skip
     assert bucket == "helps" and "both collapsed" not in sentence
 
 
