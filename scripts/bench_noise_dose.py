@@ -49,7 +49,7 @@ partial grid (`PRESETS`; `k2-added-noise`: K = 2, added noise 0 / 0.5 / 1 / 2, e
 steps; `dose-k-lr`: those cells plus K = 8 and K = 1 without added noise and lr 1.5e-4 at the added noise 0.5;
 `long`: GRPO and StableDRL at K = 2, added noise 0 / 0.5 / 1, 480 steps, written to `bench_noise_dose_long.json`;
 `long-all`: every objective at 480 steps at K = 2 with the added noise 0.5 / 1 / 2, written to
-`bench_noise_dose_long_all.json`; `long-low-lr`: GRPO and StableDRL at 480 steps, lr 1.5e-5, added noise 0.5,
+`bench_noise_dose_long_all.json`; `long-low-lr`: GRPO and StableDRL at 480 steps, lr 1.5e-5, added noise 0.5 / 1,
 written to `bench_noise_dose_long_low_lr.json`),
 whose block opens with the cells of the full grid it leaves out (`grid_label`, from the JSON's `grid`).
 
@@ -100,7 +100,7 @@ PILOT = dict(mc_samples=[2], added_noise=[0.0, 2.0], learning_rates=[5e-5], seed
 # so the objectives between GRPO and StableDRL (no clip, DGPO, diffu-GRPO) are read at the length where GRPO
 # collapsed, and at the doses where DGPO and diffu-GRPO collapsed within 120 steps.
 # "long-low-lr": GRPO and StableDRL over 480 steps at a third of the study's learning rate (1.5e-5, below the full
-# grid's two) with the added noise 0.5, the lowest dose where GRPO collapsed at 5e-5: does a smaller step save GRPO?
+# grid's two) with the added noise 0.5 and 1, where GRPO collapsed at 5e-5: does a smaller step save GRPO?
 PRESETS = {
     "k2-added-noise": dict(mc_samples=[2], added_noise=[0.0, 0.5, 1.0, 2.0], learning_rates=[5e-5], seeds=[0, 1, 2, 3, 4],
                            max_steps=120, eval_every=20, eval_samples=256, eval_draws=2,
@@ -113,7 +113,7 @@ PRESETS = {
                  eval_every=20, eval_samples=256, eval_draws=2, objectives=["grpo_seq", "stable_drl"]),
     "long-all": dict(cells=[(2, 0.5, 5e-5), (2, 1.0, 5e-5), (2, 2.0, 5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480, eval_every=20, eval_samples=256,
                      eval_draws=2, objectives=["grpo_seq", "stable_drl", "stable_drl_no_clip", "dgpo", "diffu_grpo"]),
-    "long-low-lr": dict(cells=[(2, 0.5, 1.5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480,
+    "long-low-lr": dict(cells=[(2, 0.5, 1.5e-5), (2, 1.0, 1.5e-5)], seeds=[0, 1, 2, 3, 4], max_steps=480,
                         eval_every=20, eval_samples=256, eval_draws=2, objectives=["grpo_seq", "stable_drl"]),
 }  # fmt: skip
 # Where a study is written: (JSON file, docs block). A preset not listed writes the main study's.

@@ -333,14 +333,14 @@ def test_noise_dose_partial_grid_names_what_it_leaves_out(load_script):
     assert "(8, 0, 5e-05), (1, 0, 5e-05), (2, 0.5, 0.00015), objectives grpo_seq" in label
     # cells beyond the full grid (a third learning rate): none of the grid's 24 cells was run, and the label says so
     low = bench.parse_args(["--preset", "long-low-lr"])
-    assert low.cells == [(2, 0.5, 1.5e-5)] and low.max_steps == 480
+    assert low.cells == [(2, 0.5, 1.5e-5), (2, 1.0, 1.5e-5)] and low.max_steps == 480
     assert bench.outputs("long-low-lr") == ("bench_noise_dose_long_low_lr.json", "noise_dose_long_low_lr")
     grid = bench.grid_record(low)
     assert bench.outside_grid(grid) == ["lr 1.5e-05"] and bench.outside_grid(bench.grid_record(dose)) == []
     assert bench.not_run(grid)[-1] == "24 of the full grid's 24 (K, noise, lr) cells in all"
     label = bench.grid_label({"pilot": False, "preset": "long-low-lr", "grid": grid,
                               "settings": {"objectives": low.objectives, "max_steps": low.max_steps}})  # fmt: skip
-    assert label.startswith("PARTIAL GRID `long-low-lr`: the cells K = 2 x added noise 0.5 x lr 1.5e-05 (beyond "
+    assert label.startswith("PARTIAL GRID `long-low-lr`: the cells K = 2 x added noise 0.5, 1 x lr 1.5e-05 (beyond "
                             "the full grid: lr 1.5e-05), objectives grpo_seq, stable_drl. Not run from the full grid:")
 
 
