@@ -398,8 +398,7 @@ def resummarize(data: dict, script: str, argv) -> dict:
     that did it is recorded in `summarized_by` (rendered under the provenance line)."""
     data = study_summaries(data)
     data.pop("reruns", None)  # recomputed by main against the other committed studies
-    p = results.provenance(script, argv)
-    data["summarized_by"] = {"commit": p["commit"], "dirty": p["dirty"], "command": p["command"]}
+    data["summarized_by"] = {**results.git_state(), "command": results.command_line(script, argv)}
     return data
 
 
@@ -510,8 +509,8 @@ def render(data: dict) -> str:
     text += f"\n{wall_time(data)} " + results.provenance_line(data)
     if "summarized_by" in data:
         by = data["summarized_by"]
-        commit = (by["commit"] or "unknown")[:10] + (" (uncommitted changes)" if by["dirty"] else "")
-        text += f"Summaries recomputed from the runs' records by `{by['command']}` at commit {commit}.\n"
+        text += (f"Summaries recomputed from the runs' records by `{by['command']}` at commit "
+                 f"{results.commit_label(by)}.\n")  # fmt: skip
     return text
 
 

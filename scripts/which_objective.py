@@ -245,17 +245,15 @@ def low_lr_sentence(low: dict, long: dict | None) -> str:
     def joined(name, key, fmt):
         return ", ".join(fmt.format(o(c, name)[key]) for c in cells)
 
-    base = {}  # the same dose at the long study's learning rate and steps
+    same = {}  # (K, added noise): the long study's cell of that dose, at its learning rate and as many steps
     if long is not None and long["settings"]["max_steps"] == steps:
-        for c in cells:
-            base.update({id(c): b for b in long["cells"] if (b["mc_samples"], b["added_noise_std"]) ==
-                         (c["mc_samples"], c["added_noise_std"]) and REFERENCE in b["summary"]["objectives"]})  # fmt: skip
+        same = {(b["mc_samples"], b["added_noise_std"]): b for b in long["cells"]
+                if REFERENCE in b["summary"]["objectives"]}  # fmt: skip
+    base = [same.get((c["mc_samples"], c["added_noise_std"])) for c in cells]
     compare = ""
-    if base and len(base) == len(cells):
-        other_lr = {b["learning_rate"] for b in base.values()}
-        if len(other_lr) == 1:
-            compare = (f" ({', '.join(str(o(base[id(c)], REFERENCE)['collapsed']) for c in cells)} of {seeds} at lr "
-                       f"{other_lr.pop():g})")  # fmt: skip
+    if None not in base and len({b["learning_rate"] for b in base}) == 1:
+        compare = (f" ({', '.join(str(o(b, REFERENCE)['collapsed']) for b in base)} of {seeds} at lr "
+                   f"{base[0]['learning_rate']:g})")  # fmt: skip
     sds = ", ".join(f"{c['noise_sd']:.3f}" for c in cells)
     text = (
         f"With a smaller learning rate (lr {lr:g}; {steps} steps, {seeds} seeds) at sd {sds}: GRPO collapsed in "
@@ -370,9 +368,10 @@ def recommendations(src: dict) -> list[tuple[str, str, list[dict]]]:
             + "; ".join(f"{t['mean']:+.3f} at sd {sd:.3f}" for sd, t, _ in leads) + ")."
         ), [x[2] for x in leads]))  # fmt: skip
     long_all = src.get("long_all")
-    if long_all is not None and len({(c["mc_samples"], c["learning_rate"]) for c in long_all["cells"]}) == 1 and len(
-        long_all["cells"]
-    ) > 1:
+    doses_in_one_line = long_all is not None and len(long_all["cells"]) > 1 and (
+        len({(c["mc_samples"], c["learning_rate"]) for c in long_all["cells"]}) == 1
+    )  # several doses at one K and learning rate
+    if doses_in_one_line:
         out.append(("when", long_all_sentence(long_all), [long_all]))
     elif long_all is not None:
         for c in long_all["cells"]:
